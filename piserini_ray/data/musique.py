@@ -59,13 +59,20 @@ def convert_musique(src: Path, out: Path) -> dict[str, int]:
         f.writelines(orjson.dumps(r) + b"\n" for r in queries)
     with open(out / "corpus.jsonl", "wb") as f:
         f.writelines(
-            orjson.dumps({"docid": ids[(p["title"], p["text"])], "title": p["title"], "text": p["text"]})
+            orjson.dumps(
+                {"docid": ids[(p["title"], p["text"])], "title": p["title"], "text": p["text"]}
+            )
             + b"\n"
             for p in corpus
         )
     (out / "qrels_evidence.txt").write_text("\n".join(evidence) + "\n")
     (out / "qrels_gold.txt").write_text("\n".join(gold) + "\n")
-    return {"queries": len(queries), "documents": len(corpus), "evidence": len(evidence), "gold": len(gold)}
+    return {
+        "queries": len(queries),
+        "documents": len(corpus),
+        "evidence": len(evidence),
+        "gold": len(gold),
+    }
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def _map_strings(obj: Any, fn: Callable[[str], str], clear_keys: frozenset[str])
     if isinstance(obj, list | tuple):
         return [_map_strings(v, fn, clear_keys) for v in obj]
     if isinstance(obj, dict):
-        return {k: v if k in clear_keys else _map_strings(v, fn, clear_keys) for k, v in obj.items()}
+        return {
+            k: v if k in clear_keys else _map_strings(v, fn, clear_keys) for k, v in obj.items()
+        }
     return obj
 
 

@@ -1,0 +1,6 @@
+"""Lucene BM25 retrieval: Java boot, index build and the searcher replica."""
+
+from piserini_ray.retrieval.index import build_index, find_index, read_index_info
+from piserini_ray.retrieval.searcher import BM25Searcher, Ranking
+
+__all__ = ["BM25Searcher", "Ranking", "build_index", "find_index", "read_index_info"]

@@ -21,8 +21,8 @@ from piserini_ray.errors import DataError
 class DocstoreWriter:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._bin: BinaryIO = open(folder / "docstore.bin", "wb")
-        self._meta: BinaryIO = open(folder / "docs.jsonl", "wb")
+        self._bin: BinaryIO = open(folder / "docstore.bin", "wb")  # noqa: SIM115 (closed in close)
+        self._meta: BinaryIO = open(folder / "docs.jsonl", "wb")  # noqa: SIM115
         self._offsets: list[int] = [0]
         self._seen: set[str] = set()
 

@@ -113,9 +113,20 @@ def boot_jvm(heap: str = "1g") -> None:
 
         jnius_config.set_options(*jvm_options(heap, home))
         jnius_config.set_classpath(str(anserini_jar()))
-        import jnius  # noqa: F401  (starts the JVM)
+        import jnius  # (starts the JVM)
 
+        _quiet_lucene(jnius)
         _booted_heap = heap
+
+
+_quiet_loggers: list[Any] = []  # java.util.logging holds loggers weakly: keep ours alive
+
+
+def _quiet_lucene(jnius: Any) -> None:
+    """Lucene logs an INFO line on every first index open; keep stderr for what matters."""
+    logger = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
+    logger.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
+    _quiet_loggers.append(logger)
 
 
 def autoclass(name: str) -> Any:

@@ -119,7 +119,22 @@ class BM25Searcher:
     def search_docids(self, text: str, k: int | None = None) -> list[tuple[str, float]]:
         ranking = self.search(text, k)
         docids = self.docstore.docids
-        return [(docids[o], float(s)) for o, s in zip(ranking.ordinals, ranking.scores, strict=True)]
+        return [
+            (docids[o], float(s)) for o, s in zip(ranking.ordinals, ranking.scores, strict=True)
+        ]
+
+    # The document side of the tools' `Backend` protocol, served from the docstore.
+    def docid(self, ordinal: int) -> str:
+        return self.docstore.docids[ordinal]
+
+    def title(self, ordinal: int) -> str | None:
+        return self.docstore.titles[ordinal]
+
+    def contents(self, ordinal: int) -> str:
+        return self.docstore.contents(ordinal)
+
+    def ordinal(self, docid: str) -> int | None:
+        return self.docstore.ordinal.get(docid)
 
     def close(self) -> None:
         self._simple.close()
