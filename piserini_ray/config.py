@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from piserini_ray.errors import ConfigError
+from piserini_ray.errors import ConfigError, describe_validation_error
 
 
 class StrictModel(BaseModel):
@@ -174,7 +174,7 @@ def load_config(path: Path | None = None, overrides: dict | None = None) -> RunC
         return RunConfig.model_validate(data)
     except ValidationError as e:
         where = f"config file {path}" if path else "configuration"
-        raise ConfigError(f"{where} is invalid:\n{e}") from e
+        raise ConfigError(f"{where} is invalid: {describe_validation_error(e)}") from None
 
 
 _PATH_KEYS = {

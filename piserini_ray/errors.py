@@ -1,5 +1,7 @@
 """Errors a user can act on: each names the input and how to fix it."""
 
+from pydantic import ValidationError
+
 
 class PiseriniRayError(Exception):
     """Base class for every error the framework raises on purpose."""
@@ -22,3 +24,11 @@ class DataError(PiseriniRayError):
 
 class IndexBuildError(PiseriniRayError):
     """A Lucene index could not be built or opened."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """pydantic's errors as one line: `field.path: problem; ...`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(record)'}: {err['msg']}"
+        for err in error.errors()
+    )

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from piserini_ray.config import BenchmarkConfig
 from piserini_ray.data.benchmark import Benchmark, Corpus, Document, Qrels, Query, iter_nonempty
 from piserini_ray.data.obfuscation import DeobfuscationError, deobfuscate_record
-from piserini_ray.errors import DataError
+from piserini_ray.errors import DataError, describe_validation_error
 
 SAMPLE_NAME = "musique-sample"
 
@@ -214,8 +214,4 @@ def _validated(model: type, obj: dict[str, Any], path: Path, number: int) -> Any
     try:
         return model.model_validate(obj)
     except ValidationError as e:
-        problems = "; ".join(
-            f"field {'.'.join(str(p) for p in err['loc']) or '(record)'}: {err['msg']}"
-            for err in e.errors()
-        )
-        raise DataError(path, problems, number) from None
+        raise DataError(path, describe_validation_error(e), number) from None

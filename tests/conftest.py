@@ -1,0 +1,75 @@
+"""Shared fixtures: the embedded sample, its real Lucene index (built once per test session),
+one searcher replica per test process, and a small edge-case corpus."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.config import BenchmarkConfig
+from piserini_ray.data import Benchmark, load_benchmark
+from piserini_ray.data.loaders import jsonl_corpus
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GOLDEN = Path(__file__).parent / "golden"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def assert_golden(name: str, text: str) -> None:
+    """Compare with tests/golden/NAME; `UPDATE_GOLDEN=1 pytest` rewrites the files."""
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"golden file {path} missing: run UPDATE_GOLDEN=1 pytest and review it"
+    assert text == path.read_text(), f"output differs from {path}"
+
+
+@pytest.fixture(scope="session")
+def sample() -> Benchmark:
+    return load_benchmark(BenchmarkConfig())
+
+
+@pytest.fixture(scope="session")
+def index_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("indexes")
+
+
+@pytest.fixture(scope="session")
+def sample_index(sample: Benchmark, index_root: Path) -> Path:
+    from piserini_ray.retrieval import build_index
+
+    return build_index(sample.corpus, index_root)
+
+
+@pytest.fixture(scope="session")
+def searcher(sample_index: Path):
+    from piserini_ray.retrieval import BM25Searcher
+
+    return BM25Searcher(sample_index)
+
+
+#: Documents chosen to break things: hostile docids, a long document, CR/LF mixes, no title.
+EDGE_DOCS = [
+    {"docid": "../../escape", "title": "Escape", "text": "path traversal attempt zebra"},
+    {"docid": "a/b\\c:d*e?", "text": "slashes and wildcards zebra giraffe"},
+    {"docid": "..", "text": "dot dot zebra"},
+    {"docid": "Zürich-東京", "title": "Unicode", "text": "non ascii docid zebra okapi"},
+    {
+        "docid": "long-doc",
+        "title": "A long document",
+        "text": "\n".join(f"line {i} of the long document about okapi" for i in range(2, 5001)),
+    },
+    {"docid": "mixed-breaks", "text": "one\r\ntwo\rthree\nfour\u2028five"},
+]
+
+
+@pytest.fixture(scope="session")
+def edge_searcher(tmp_path_factory: pytest.TempPathFactory, index_root: Path):
+    from piserini_ray.retrieval import BM25Searcher, build_index
+
+    path = tmp_path_factory.mktemp("edge") / "corpus.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in EDGE_DOCS))
+    return BM25Searcher(build_index(jsonl_corpus(path, name="edge"), index_root))

