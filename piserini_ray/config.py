@@ -78,8 +78,8 @@ class ToolsConfig(StrictModel):
     excerpt_ranks: int = Field(50, ge=0)
     excerpt_chars: int = Field(220, ge=20)
     excerpt_lead: int = Field(55, ge=0)
-    spill_max_lines: int = Field(2000, ge=10)
-    spill_max_bytes: int = Field(50_000, ge=1000)
+    spill_max_lines: int = Field(2000, ge=1)
+    spill_max_bytes: int = Field(50_000, ge=100)
     reason_max_words: int = Field(100, ge=1)
 
 
