@@ -44,13 +44,13 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path: Path) -> None:
 def test_browsecomp_plus_requires_the_canary_when_obfuscated() -> None:
     over = {"benchmark.source": "browsecomp-plus", "benchmark.queries": "q.parquet"}
     over["benchmark.corpus"] = "c.parquet"
-    with pytest.raises(ConfigError, match="benchmark.canary is required"):
+    with pytest.raises(ConfigError, match=r"benchmark\.canary is required"):
         load_config(None, over)
     assert load_config(None, over | {"benchmark.obfuscated": False}).benchmark.canary is None
 
 
 def test_jsonl_source_names_missing_paths() -> None:
-    with pytest.raises(ConfigError, match="benchmark.queries and benchmark.corpus"):
+    with pytest.raises(ConfigError, match=r"benchmark\.queries and benchmark\.corpus"):
         load_config(None, {"benchmark.source": "jsonl"})
 
 
