@@ -6,10 +6,13 @@ inputs. Unknown keys are rejected: a typo in a YAML file must not silently fall 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -139,6 +142,72 @@ class SliceConfig(StrictModel):
         return self
 
 
+OFFLINE_PREFIX = "offline/"
+
+
+class ModelConfig(StrictModel):
+    """One model behind litellm. Key *names* live here; key values only in the environment."""
+
+    name: str = "offline/heuristic"
+    #: What litellm is called with. Default: `openai/<name>` for offline models (the loopback
+    #: provider speaks the OpenAI protocol), else `name` itself.
+    litellm_model: str | None = None
+    #: None for an offline model means: the offline provider this process starts on loopback.
+    api_base: str | None = None
+    #: Name of the environment variable that holds the API key (never the key itself).
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    #: Seconds one HTTP call may take before it counts as a transient failure.
+    call_timeout: float = Field(180.0, gt=0)
+    #: Extra keyword arguments passed to litellm as they are (e.g. provider-specific options).
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def is_offline(self) -> bool:
+        return self.name.startswith(OFFLINE_PREFIX)
+
+    def resolved_litellm_model(self) -> str:
+        if self.litellm_model:
+            return self.litellm_model
+        return f"openai/{self.name}" if self.is_offline else self.name
+
+    @model_validator(mode="after")
+    def _key_name_not_value(self) -> ModelConfig:
+        if self.api_key_env is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env
+        ):
+            raise ValueError(
+                "model.api_key_env must be the NAME of an environment variable (e.g. "
+                "OPENAI_API_KEY), not a key value; keys are never written into configs"
+            )
+        return self
+
+
+class RetryConfig(StrictModel):
+    """One classified retry policy for every LLM call (see `piserini_ray/llm/retry.py`)."""
+
+    max_attempts: int = Field(8, ge=1)
+    max_elapsed: float = Field(600.0, gt=0)
+    backoff_base: float = Field(1.0, gt=0)
+    backoff_cap: float = Field(60.0, gt=0)
+    #: A Retry-After longer than this is treated as a failure, not waited for.
+    max_retry_after: float = Field(300.0, gt=0)
+
+
+class AgentConfig(StrictModel):
+    """The ReAct loop's budget and termination policy (SPEC §4)."""
+
+    budget_seconds: float = Field(300.0, gt=0)
+    steer_fraction: float = Field(0.7, gt=0, le=1)
+    #: `working`: the budget charges model and tool time only; limiter and back-off waits are
+    #: recorded but not charged. `wall`: plain wall-clock.
+    budget_clock: Literal["working", "wall"] = "working"
+    termination: Literal["time", "iterations", "both"] = "time"
+    max_iterations: int = Field(100, ge=1)
+
+
 class RunConfig(StrictModel):
     """The whole configuration of a run."""
 
@@ -146,6 +215,14 @@ class RunConfig(StrictModel):
     slice: SliceConfig = SliceConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     tools: ToolsConfig = ToolsConfig()
+    model: ModelConfig = ModelConfig()
+    retry: RetryConfig = RetryConfig()
+    agent: AgentConfig = AgentConfig()
+
+    def config_hash(self) -> str:
+        """A short hash of everything that shapes a run's results (the run's identity)."""
+        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(canonical).hexdigest()[:16]
 
 
 def load_config(path: Path | None = None, overrides: dict | None = None) -> RunConfig:

@@ -1,0 +1,206 @@
+"""The one way this project calls a model: `litellm.acompletion`, wrapped in our retry policy.
+
+litellm's own retries are off (`num_retries=0`): every retry is decided by `llm/retry.py`, and
+every wait is reported before it starts, so the agent's budget clock can keep it off the query's
+charged time. Key values are read from the environment at call time and scrubbed from any error
+text we keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import litellm
+
+from piserini_ray.config import ModelConfig, RetryConfig
+from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify, retrying
+from piserini_ray.llm.usage import Usage, usage_from_response
+
+litellm.suppress_debug_info = True
+
+
+class Limiter(Protocol):
+    """Admission control before each attempt (the cluster-wide rate limiter implements it)."""
+
+    async def acquire(self, estimated_tokens: int) -> None: ...
+    def report(self, failure: Failure | None) -> None: ...
+
+
+class WaitTracker(Protocol):
+    """Where waits are recorded: the agent's budget clock keeps them off the charged time.
+
+    `waiting` is entered *before* a wait starts (with its expected length when known) and left
+    when it ends.
+    """
+
+    def waiting(self, expected: float | None, why: str) -> AbstractContextManager[None]: ...
+
+
+class _CountingTracker:
+    def waiting(self, expected: float | None, why: str) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
+@dataclass
+class Completion:
+    """One successful model call and what it cost."""
+
+    message: dict[str, Any]  # the assistant message as it goes back into the history
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    usage: Usage
+    model_seconds: float  # time inside HTTP attempts (charged)
+    waited_seconds: float  # back-off and limiter time (not charged)
+    attempts: int
+    failures: list[str] = field(default_factory=list)
+
+
+class LLMClient:
+    def __init__(
+        self,
+        model: ModelConfig,
+        retry: RetryConfig = RetryConfig(),
+        api_base: str | None = None,
+        limiter: Limiter | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.model = model
+        self.retry = retry
+        self.api_base = api_base or model.api_base
+        self.limiter = limiter
+        self._rng = random.Random(seed)
+
+    def _api_key(self) -> str | None:
+        name = self.model.api_key_env
+        if name is None:
+            # The loopback provider needs no secret; send a fixed, meaningless token.
+            return "offline" if self.model.is_offline else None
+        value = os.environ.get(name)
+        if not value:
+            raise RetryError(
+                Failure(
+                    FailureKind.PERMANENT,
+                    f"environment variable {name} (model.api_key_env) is not set",
+                ),
+                attempts=0,
+            )
+        return value
+
+    def scrub(self, text: str) -> str:
+        """Remove the API key value from any text we are about to keep."""
+        name = self.model.api_key_env
+        value = os.environ.get(name) if name else None
+        return text.replace(value, "***") if value else text
+
+    def _params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model.resolved_litellm_model(),
+            "timeout": self.model.call_timeout,
+            "num_retries": 0,
+        }
+        if self.api_base:
+            params["api_base"] = self.api_base
+        if self.model.temperature is not None:
+            params["temperature"] = self.model.temperature
+        if self.model.max_output_tokens is not None:
+            params["max_tokens"] = self.model.max_output_tokens
+        if self.model.reasoning_effort is not None:
+            params["reasoning_effort"] = self.model.reasoning_effort
+        return params | self.model.extra
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        waits: WaitTracker | None = None,
+        response_format: dict[str, Any] | None = None,
+        estimated_tokens: int = 0,
+    ) -> Completion:
+        """One logical call with classified retries. Raises `RetryError` when it fails for good."""
+        api_key = self._api_key()
+        params = self._params()
+        if tools:
+            params["tools"] = tools
+        if response_format is not None:
+            params["response_format"] = response_format
+        tracker = waits or _CountingTracker()
+        model_seconds = waited = 0.0
+        failures: list[str] = []
+        attempts = 0
+
+        def on_wait(seconds: float, failure: Failure) -> None:
+            failures.append(
+                f"{failure.kind.value}, waiting {seconds:.2f} s: "
+                + self.scrub(failure.reason)[:400]
+            )
+
+        async def sleep(seconds: float) -> None:
+            nonlocal waited
+            started = time.monotonic()
+            with tracker.waiting(seconds, "back-off"):
+                await asyncio.sleep(seconds)
+            waited += time.monotonic() - started
+
+        async def attempt() -> Any:
+            nonlocal model_seconds, attempts, waited
+            attempts += 1
+            if self.limiter is not None:
+                started = time.monotonic()
+                with tracker.waiting(None, "rate limiter"):
+                    await self.limiter.acquire(estimated_tokens)
+                waited += time.monotonic() - started
+            started = time.monotonic()
+            try:
+                response = await litellm.acompletion(messages=messages, api_key=api_key, **params)
+            except Exception as exc:
+                if self.limiter is not None:
+                    self.limiter.report(classify(exc))
+                raise
+            finally:
+                model_seconds += time.monotonic() - started
+            if self.limiter is not None:
+                self.limiter.report(None)
+            return response
+
+        try:
+            async for state in retrying(self.retry, on_wait, self._rng, sleep):
+                with state:
+                    response = await attempt()
+        except Exception as exc:
+            failure = classify(exc)
+            scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
+            raise RetryError(scrubbed, attempts) from None
+        return _completion(response, model_seconds, waited, attempts, failures)
+
+
+def _completion(
+    response: Any, model_seconds: float, waited: float, attempts: int, failures: list[str]
+) -> Completion:
+    message = response.choices[0].message
+    tool_calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.function.name, "arguments": call.function.arguments},
+        }
+        for call in (message.tool_calls or [])
+    ]
+    history_message: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if tool_calls:
+        history_message["tool_calls"] = tool_calls
+    return Completion(
+        message=history_message,
+        content=message.content,
+        tool_calls=tool_calls,
+        usage=usage_from_response(response),
+        model_seconds=model_seconds,
+        waited_seconds=waited,
+        attempts=attempts,
+        failures=failures,
+    )

@@ -1,0 +1,163 @@
+"""Every retry decision of every LLM call, in one place.
+
+A failure is classified once (`classify`) into:
+- **rate limit** (HTTP 429): wait what `Retry-After` says, else jittered exponential back-off;
+- **transient** (5xx, connection errors, read time-outs): jittered exponential back-off;
+- **permanent** (auth, bad request, context window exceeded, quota exhausted, unknown model):
+  no retry; the query fails with the reason.
+
+`retrying` builds the tenacity policy: bounded by attempts and elapsed time, and reporting every
+wait to `on_wait` *before* sleeping, so a time budget sees a wait the moment it starts (the
+pattern of inspect_ai's `model/_retry.py`, with our classification).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import litellm
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity.stop import stop_base
+
+from piserini_ray.config import RetryConfig
+
+
+class FailureKind(enum.StrEnum):
+    RATE_LIMIT = "rate_limit"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: FailureKind
+    reason: str
+    retry_after: float | None = None
+
+
+#: Called with (seconds, failure) before each back-off sleep, so the wait is on record first.
+OnWait = Callable[[float, Failure], None]
+
+_PERMANENT_429_CODES = ("insufficient_quota", "billing_hard_limit", "quota_exceeded")
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """`Retry-After` (seconds or `retry-after-ms`) from the error's HTTP response headers."""
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
+        if not headers:
+            continue
+        try:
+            if (ms := headers.get("retry-after-ms")) is not None:
+                return max(0.0, float(ms) / 1000)
+            if (seconds := headers.get("retry-after")) is not None:
+                return max(0.0, float(seconds))
+        except (TypeError, ValueError):
+            continue  # an HTTP-date Retry-After: fall back to back-off
+    return None
+
+
+def classify(exc: BaseException) -> Failure:
+    """Map any exception from an LLM call to rate limit, transient or permanent."""
+    reason = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, litellm.RateLimitError):
+        text = str(exc).lower()
+        if any(code in text for code in _PERMANENT_429_CODES):
+            return Failure(FailureKind.PERMANENT, f"quota exhausted: {reason}")
+        return Failure(FailureKind.RATE_LIMIT, reason, retry_after_seconds(exc))
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return Failure(FailureKind.PERMANENT, f"context window exceeded: {reason}")
+    permanent = (
+        litellm.AuthenticationError,
+        litellm.PermissionDeniedError,
+        litellm.BadRequestError,
+        litellm.NotFoundError,
+        litellm.UnprocessableEntityError,
+    )
+    if isinstance(exc, permanent):
+        return Failure(FailureKind.PERMANENT, reason)
+    transient = (
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+        litellm.APIError,
+        asyncio.TimeoutError,
+        ConnectionError,
+    )
+    if isinstance(exc, transient):
+        return Failure(FailureKind.TRANSIENT, reason)
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 500:
+        return Failure(FailureKind.TRANSIENT, reason)
+    return Failure(FailureKind.PERMANENT, f"unexpected error: {reason}")
+
+
+class RetryError(Exception):
+    """An LLM call failed for good; `failure` says why and how it was classified."""
+
+    def __init__(self, failure: Failure, attempts: int) -> None:
+        super().__init__(f"{failure.kind.value} after {attempts} attempt(s): {failure.reason}")
+        self.failure = failure
+        self.attempts = attempts
+
+
+def backoff_seconds(attempt: int, config: RetryConfig, rng: random.Random) -> float:
+    """Full-jitter exponential back-off: uniform in [0, min(cap, base * 2**(attempt-1))]."""
+    return rng.uniform(0, min(config.backoff_cap, config.backoff_base * 2 ** (attempt - 1)))
+
+
+class _StopAfterWaited(stop_base):
+    """Stop when the time already spent waiting plus the next wait would pass the bound."""
+
+    def __init__(self, max_elapsed: float) -> None:
+        self.max_elapsed = max_elapsed
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return (retry_state.idle_for + (retry_state.upcoming_sleep or 0)) > self.max_elapsed
+
+
+def retrying(
+    config: RetryConfig,
+    on_wait: OnWait | None = None,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> AsyncRetrying:
+    """The tenacity policy for one logical LLM call."""
+    rng = rng or random.Random()
+
+    def retryable(exc: BaseException) -> bool:
+        failure = classify(exc)
+        if failure.kind is FailureKind.PERMANENT:
+            return False
+        return not (
+            failure.retry_after is not None and failure.retry_after > config.max_retry_after
+        )
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        failure = classify(exc) if exc else None
+        if failure and failure.kind is FailureKind.RATE_LIMIT and failure.retry_after is not None:
+            return failure.retry_after
+        return backoff_seconds(state.attempt_number, config, rng)
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_wait is not None and state.outcome is not None and state.next_action is not None:
+            on_wait(state.next_action.sleep, classify(state.outcome.exception()))
+
+    return AsyncRetrying(
+        stop=stop_after_attempt(config.max_attempts) | _StopAfterWaited(config.max_elapsed),
+        wait=wait,
+        retry=retry_if_exception(retryable),
+        before_sleep=before_sleep,
+        sleep=sleep,
+        reraise=True,
+    )

@@ -1,0 +1,32 @@
+"""What an offline model is: a policy that reads a chat-completions request and replies.
+
+The offline provider (an OpenAI-compatible HTTP server on loopback) looks the request's `model`
+up in a registry of policies, calls the policy with the parsed request body, and wraps the reply
+in a chat-completions response (usage, ids, finish reason), applying latency, quotas, prefix
+caching and injected faults on the way. Policies are pure and deterministic: same request, same
+reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class PolicyToolCall(BaseModel):
+    """One function call the policy makes; `arguments` is the JSON text sent to the client."""
+
+    name: str
+    arguments: str
+    id: str | None = None  # the server assigns `call_<n>` when missing
+
+
+class PolicyReply(BaseModel):
+    content: str | None = None
+    tool_calls: list[PolicyToolCall] = Field(default_factory=list)
+
+
+#: A policy takes the request body (`model`, `messages`, `tools`, ...) and returns its reply.
+Policy = Callable[[dict[str, Any]], PolicyReply]
