@@ -11,6 +11,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# pip may reuse a cached editable wheel built from another checkout; rebuild it here so
+	@# that `import piserini_ray` always means this tree.
+	$(BIN)/pip install --quiet --no-deps --no-cache-dir --force-reinstall -e .
 	touch $@
 
 run: setup

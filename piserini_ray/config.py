@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from piserini_ray.errors import ConfigError, describe_validation_error
+from piserini_ray.offline.config import OfflineConfig
 
 
 class StrictModel(BaseModel):
@@ -218,6 +219,8 @@ class RunConfig(StrictModel):
     model: ModelConfig = ModelConfig()
     retry: RetryConfig = RetryConfig()
     agent: AgentConfig = AgentConfig()
+    #: The loopback provider started for offline models (latency, quotas, faults, seed).
+    offline: OfflineConfig = OfflineConfig()
 
     def config_hash(self) -> str:
         """A short hash of everything that shapes a run's results (the run's identity)."""

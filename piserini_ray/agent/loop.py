@@ -98,8 +98,14 @@ async def run_query(
             turn.waited_seconds = round(completion.waited_seconds, 4)
             turn.attempts = completion.attempts
             turn.retries = completion.failures
-            emit("model", {"turn": turn.index, "content": completion.content,
-                           "tool_calls": completion.tool_calls})  # fmt: skip
+            emit(
+                "model",
+                {
+                    "turn": turn.index,
+                    "content": completion.content,
+                    "tool_calls": completion.tool_calls,
+                },
+            )
             if not completion.tool_calls:
                 state.final = completion.content
                 return
@@ -166,7 +172,7 @@ async def run_query(
 
     parsed = parse_final_answer(state.final, lambda d: session.backend.ordinal(d) is not None)
     counts = Counter(c.name for t in state.turns for c in t.tool_calls)
-    total = (
+    (
         sum((t.usage for t in state.turns), start=type(state.turns[0].usage)())
         if state.turns
         else None

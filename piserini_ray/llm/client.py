@@ -79,8 +79,10 @@ class LLMClient:
     def _api_key(self) -> str | None:
         name = self.model.api_key_env
         if name is None:
-            # The loopback provider needs no secret; send a fixed, meaningless token.
-            return "offline" if self.model.is_offline else None
+            # A self-hosted endpoint (the loopback provider, vLLM, ...) needs no secret but the
+            # OpenAI client insists on one; a hosted provider's key comes from litellm's own
+            # environment variables (OPENAI_API_KEY, ...).
+            return "no-key" if self.api_base else None
         value = os.environ.get(name)
         if not value:
             raise RetryError(

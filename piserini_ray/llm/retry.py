@@ -68,8 +68,10 @@ def classify(exc: BaseException) -> Failure:
     """Map any exception from an LLM call to rate limit, transient or permanent."""
     reason = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, litellm.RateLimitError):
+        body = getattr(exc, "body", None)
+        codes = {str(body.get(k)) for k in ("code", "type")} if isinstance(body, dict) else set()
         text = str(exc).lower()
-        if any(code in text for code in _PERMANENT_429_CODES):
+        if codes & set(_PERMANENT_429_CODES) or "exceeded your current quota" in text:
             return Failure(FailureKind.PERMANENT, f"quota exhausted: {reason}")
         return Failure(FailureKind.RATE_LIMIT, reason, retry_after_seconds(exc))
     if isinstance(exc, litellm.ContextWindowExceededError):

@@ -26,11 +26,36 @@ from typing import Any
 import orjson
 
 from piserini_ray.offline.policy import PolicyReply, PolicyToolCall
-from piserini_ray.tools.excerpt import STOP_WORDS, query_tokens
+from piserini_ray.tools.excerpt import query_tokens
 
 _QUESTION_WORDS = frozenset(
-    "who whom whose what which when where why how many much does did do was were is are the "
-    "name named called one person also".split()
+    [
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "which",
+        "when",
+        "where",
+        "why",
+        "how",
+        "many",
+        "much",
+        "does",
+        "did",
+        "do",
+        "was",
+        "were",
+        "is",
+        "are",
+        "the",
+        "name",
+        "named",
+        "called",
+        "one",
+        "person",
+        "also",
+    ]
 )
 _HIT = re.compile(
     r"^\[(\d+)\] docid: (\S+) \| score: \S+\n(?:    title: (.*)\n)?(?:    excerpt: (.*))?", re.M
@@ -41,29 +66,39 @@ _NAME = re.compile(
     r"\b(?:[A-Z][\w'’.-]*(?:\s+(?:of|the|de|von|van|and|du|la|le|for)?\s*[A-Z][\w'’.-]*)*)"
 )
 _NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+_DATE = re.compile(
+    r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December)\s+(?:\d{1,2},?\s+)?)?(?:1[0-9]{3}|20[0-9]{2})\b"
+)
+_PERSON = re.compile(r"\b[A-Z][\w'’.-]+(?:\s+[A-Z][\w'’.-]*)+")
+_BOILERPLATE = ("Document", "Search", "More", "Error", "Explanation")
 
 
 def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
     messages: list[dict[str, Any]] = request.get("messages") or []
     question = _question(messages)
-    keywords = [t for t in query_tokens(question) if t not in _QUESTION_WORDS][:10]
-    observations = _observations(messages)
-    if _must_answer(messages):
-        return _answer(question, keywords, observations)
-    calls = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
-    searches = [c for c in calls if _name(c) == "search"]
-    opened = {_arg(c, "docid") for c in calls if _name(c) == "read_document"}
-    shown = observations["hits"]
-
-    if not searches:
-        return _call("search", "Start with the question's most distinctive words.",
-                     query=" ".join(keywords) or question)  # fmt: skip
-    if not any(_name(c) == "read_search_results" for c in calls) and observations["search_ids"]:
-        return _call("read_search_results", "Browse below the first page before rewriting.",
-                     search_id=observations["search_ids"][0], offset=6, limit=10)  # fmt: skip
-    candidates = [h for h in _rank_hits(shown, keywords) if h["docid"] not in opened]
-    if len(opened) < 2 and candidates:
+    keywords = [t for t in query_tokens(question) if t not in _QUESTION_WORDS][:12]
+    hops = _hops_so_far(messages)
+    if _must_answer(messages) or not keywords:
+        return _answer(question, keywords, hops)
+    planned = _planned_hops(question)
+    if not hops:
+        return _call(
+            "search", "Start with the question's distinctive words.", query=" ".join(keywords)
+        )
+    hop = hops[-1]
+    if not hop["browsed"] and hop["search_id"]:
+        return _call(
+            "read_search_results",
+            "Browse below the first page before rewriting.",
+            search_id=hop["search_id"],
+            offset=6,
+            limit=10,
+        )
+    opened = {d for h in hops for d in h["opened"]}
+    want = 2
+    fresh = [h for h in _rank_hits(hop["hits"], hop["keywords"]) if h["docid"] not in opened]
+    if len(hop["opened"]) < want and fresh:
         return PolicyReply(
             tool_calls=[
                 _tool_call(
@@ -72,23 +107,21 @@ def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
                     docid=h["docid"],
                     offset=1,
                     limit=50,
-                )  # fmt: skip
-                for h in candidates[: 2 - len(opened)]
+                )
+                for h in fresh[: want - len(hop["opened"])]
             ]
         )
-    hops = _hops(question)
-    if len(searches) < hops:
-        clue = _new_clue(observations["documents"], question)
+    if len(hops) < planned:
+        clue = _new_clue(hop, question, [h["clue"] for h in hops])
         if clue:
-            query = " ".join([clue, *keywords[:4]])
-            return _call("search", f"Search again with a new clue: {clue}.", query=query)
-    latest = observations["latest_hits"]
-    fresh = [h for h in _rank_hits(latest, keywords) if h["docid"] not in opened]
-    if fresh and len(opened) < 2 + (hops - 1):
-        h = fresh[0]
-        return _call("read_document", f"Open the best hit of the new search ({h['docid']}).",
-                     docid=h["docid"], offset=1, limit=50)  # fmt: skip
-    return _answer(question, keywords, observations)
+            seen = " ".join(hop["texts"].values()).lower()
+            rest = [k for k in keywords if k not in seen] or keywords[:3]
+            return _call(
+                "search",
+                f"Search again with a new clue: {clue}.",
+                query=" ".join([clue, *rest[:4]]),
+            )
+    return _answer(question, keywords, hops)
 
 
 # ---------------------------------------------------------------------- reading the conversation
@@ -127,27 +160,44 @@ def _arg(call: dict[str, Any], key: str) -> Any:
         return None
 
 
-def _observations(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    hits: dict[str, dict[str, str]] = {}
-    latest: dict[str, dict[str, str]] = {}
-    documents: dict[str, str] = {}
-    search_ids: list[str] = []
+def _hops_so_far(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as hops: each search with the hits it showed and documents opened."""
+    results = {m.get("tool_call_id"): _text(m) for m in messages if m.get("role") == "tool"}
+    hops: list[dict[str, Any]] = []
     for message in messages:
-        if message.get("role") != "tool":
-            continue
-        text = _text(message)
-        if match := _SEARCH_ID.match(text):
-            search_ids.append(match[1])
-            if text.startswith(f"Search {match[1]} for ") and "Showing ranks 1-" in text:
-                latest = {}
-        for rank, docid, title, excerpt in _HIT.findall(text):
-            hit = {"docid": docid, "rank": rank, "title": title, "excerpt": excerpt}
-            hits.setdefault(docid, hit)
-            latest.setdefault(docid, hit)
-        if match := _DOC_HEADER.match(text):
-            documents[match[1]] = text
-    return {"hits": list(hits.values()), "latest_hits": list(latest.values()),
-            "documents": documents, "search_ids": search_ids}  # fmt: skip
+        for call in message.get("tool_calls") or [] if message.get("role") == "assistant" else []:
+            name, text = _name(call), results.get(call.get("id"), "")
+            if name == "search":
+                query = str(_arg(call, "query") or "")
+                match = _SEARCH_ID.match(text)
+                clue = str(_arg(call, "reason") or "").removeprefix(
+                    "Search again with a new clue: "
+                )
+                hops.append(
+                    {
+                        "query": query,
+                        "keywords": query_tokens(query),
+                        "search_id": match[1] if match else None,
+                        "browsed": False,
+                        "hits": [],
+                        "opened": [],
+                        "texts": {},
+                        "clue": clue.rstrip(".") if hops else None,
+                    }
+                )
+            if not hops:
+                continue
+            hop = hops[-1]
+            if name == "read_search_results":
+                hop["browsed"] = True
+            for rank, docid, title, excerpt in _HIT.findall(text):
+                hop["hits"].append(
+                    {"docid": docid, "rank": rank, "title": title, "excerpt": excerpt}
+                )
+            if name == "read_document" and (match := _DOC_HEADER.match(text)):
+                hop["opened"].append(match[1])
+                hop["texts"][match[1]] = text
+    return hops
 
 
 def _rank_hits(hits: list[dict[str, str]], keywords: list[str]) -> list[dict[str, str]]:
@@ -158,54 +208,74 @@ def _rank_hits(hits: list[dict[str, str]], keywords: list[str]) -> list[dict[str
     return sorted(hits, key=overlap)
 
 
-def _hops(question: str) -> int:
-    """More clauses, more hops: a rough count of the question's linked parts (1 to 3)."""
+def _planned_hops(question: str) -> int:
+    """More linked clauses, more hops: a rough count (1 to 3)."""
     links = len(re.findall(r"\b(?:of|which|that|whose|who|where|by|in)\b", question.lower()))
     return 1 + min(2, links // 2)
 
 
-def _new_clue(documents: dict[str, str], question: str) -> str | None:
+def _new_clue(hop: dict[str, Any], question: str, used: list[str | None]) -> str | None:
+    """The most salient name in this hop's documents that the question does not mention:
+    names in the sentences sharing most words with the question come first."""
     asked = set(query_tokens(question))
-    counts: Counter[str] = Counter()
-    for text in documents.values():
-        for name in _NAME.findall(text):
-            tokens = query_tokens(name)
-            if tokens and not set(tokens) <= asked and name.lower() not in STOP_WORDS:
-                counts[name.strip()] += 1
-    for name, _ in counts.most_common():
-        if len(name) > 2 and not name.startswith(("Document", "Search", "More")):
-            return name
-    return None
+    scores: Counter[str] = Counter()
+    titles = {t.lower() for h in hop["hits"] for t in [h["title"]] if t}
+    for text in hop["texts"].values():
+        for sentence in _sentences(text):
+            near = len(set(query_tokens(sentence)) & asked)
+            for name in _NAME.findall(sentence):
+                name = name.strip(" .,")
+                tokens = query_tokens(name)
+                if (
+                    not tokens
+                    or set(tokens) <= asked
+                    or name in used
+                    or name.lower() in titles
+                    or name.startswith(_BOILERPLATE)
+                ):
+                    continue
+                scores[name] += 1 + near
+    return scores.most_common(1)[0][0] if scores else None
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if s.strip()]
 
 
 # ---------------------------------------------------------------------- answering
 
 
-def _answer(question: str, keywords: list[str], observations: dict[str, Any]) -> PolicyReply:
+def _answer(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> PolicyReply:
+    """The best-typed candidate near the question's words, from the last hop's documents
+    (earlier hops' documents and hit excerpts count less)."""
     asked = set(query_tokens(question))
-    lower = question.lower()
-    wants_number = "how many" in lower or "how much" in lower or "number" in lower
-    wants_year = "what year" in lower or lower.startswith("when") or "which year" in lower
+    pattern = _answer_pattern(question)
+    used = {str(h["clue"]).lower() for h in hops if h["clue"]}
     scores: Counter[str] = Counter()
     where: dict[str, list[str]] = {}
-    sources = dict(observations["documents"])
-    for hit in observations["hits"]:
-        sources.setdefault(hit["docid"], f"{hit['title']}\n{hit['excerpt']}")
-    for docid, text in sources.items():
-        for sentence in re.split(r"(?<=[.!?])\s+|\n", text):
-            near = len(set(query_tokens(sentence)) & set(keywords))
-            if near == 0:
-                continue
-            pattern = _YEAR if wants_year else _NUMBER if wants_number else _NAME
-            for candidate in pattern.findall(sentence):
-                candidate = candidate.strip(" ,.")
-                tokens = query_tokens(candidate)
-                if not tokens or set(tokens) <= asked or candidate.startswith("Document"):
-                    continue
-                scores[candidate] += near * (2 if docid in observations["documents"] else 1)
-                where.setdefault(candidate, [])
-                if docid not in where[candidate]:
-                    where[candidate].append(docid)
+    for depth, hop in enumerate(hops):
+        weight = 1 + depth * 2
+        sources = {d: (t, 3 * weight) for d, t in hop["texts"].items()}
+        for hit in hop["hits"][:5]:
+            sources.setdefault(hit["docid"], (f"{hit['title']}. {hit['excerpt']}", weight))
+        for docid, (text, w) in sources.items():
+            focus = set(keywords) | set(hop["keywords"])
+            for sentence in _sentences(text):
+                near = len(set(query_tokens(sentence)) & focus)
+                for candidate in pattern.findall(sentence) if near else []:
+                    candidate = re.sub(r"['’]s$", "", candidate.strip(" ,."))
+                    tokens = query_tokens(candidate)
+                    if (
+                        not tokens
+                        or set(tokens) <= asked
+                        or candidate.lower() in used
+                        or candidate.startswith(_BOILERPLATE)
+                    ):
+                        continue
+                    scores[candidate] += near * w
+                    where.setdefault(candidate, [])
+                    if docid not in where[candidate]:
+                        where[candidate].append(docid)
     if not scores:
         return PolicyReply(
             content="Explanation: The documents I read did not name an answer.\n"
@@ -220,6 +290,17 @@ def _answer(question: str, keywords: list[str], observations: dict[str, Any]) ->
         content=f"Explanation: {best} appears most often next to the question's words {cites}.\n"
         f"Exact Answer: {best}\nConfidence: {confidence}%"
     )
+
+
+def _answer_pattern(question: str) -> re.Pattern[str]:
+    lower = question.lower()
+    if "how many" in lower or "how much" in lower or "number of" in lower:
+        return _NUMBER
+    if "what year" in lower or "which year" in lower or lower.startswith("when"):
+        return _DATE
+    if lower.startswith("who") or " who " in lower:
+        return _PERSON
+    return _NAME
 
 
 def _call(name: str, reason: str, **arguments: Any) -> PolicyReply:

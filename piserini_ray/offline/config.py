@@ -1,0 +1,120 @@
+"""Configuration of the offline provider: latency, quotas, fault rates and scripted behaviours.
+
+All models are frozen and reject unknown keys, like the rest of the project's configs, so a typo
+in a rehearsal config fails instead of silently disabling a fault.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyConfig(_Strict):
+    """Delay before each admitted request is answered.
+
+    `none`: no delay. `fixed`: `seconds` every time. `lognormal`: a log-normal draw whose *mean*
+    is `seconds` and whose log-space standard deviation is `sigma` (so mu = ln(seconds) -
+    sigma²/2), seeded by `OfflineConfig.seed`; `max_seconds` caps the long tail.
+    """
+
+    kind: Literal["none", "fixed", "lognormal"] = "none"
+    seconds: float = Field(0.0, ge=0)
+    sigma: float = Field(0.5, ge=0)
+    max_seconds: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> LatencyConfig:
+        if self.kind == "lognormal" and self.seconds <= 0:
+            raise ValueError("lognormal latency needs seconds > 0 (it is the mean delay)")
+        return self
+
+
+class QuotaConfig(_Strict):
+    """Per-API-key limits over a sliding window (60 s, as providers define per-minute limits).
+
+    A request is admitted when the window holds fewer than `requests_per_minute` requests and
+    its tokens (prompt + completion of admitted requests) plus this request's prompt tokens stay
+    within `tokens_per_minute`. Rejected (429) requests consume nothing.
+    """
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    window_seconds: float = Field(60.0, gt=0)
+
+
+class FaultRates(_Strict):
+    """Probability (0..1) that a request suffers each fault; draws come from a seeded RNG.
+
+    At most one fault applies per request, checked in field order; the tool-call faults apply
+    only when the policy made a tool call (otherwise the next fault that fired is tried).
+    """
+
+    http_500: float = Field(0.0, ge=0, le=1)
+    hang: float = Field(0.0, ge=0, le=1)
+    empty_reply: float = Field(0.0, ge=0, le=1)
+    malformed_arguments: float = Field(0.0, ge=0, le=1)
+    unknown_tool: float = Field(0.0, ge=0, le=1)
+    missing_fields: float = Field(0.0, ge=0, le=1)
+
+
+class OfflineConfig(_Strict):
+    """Everything the offline provider does besides the policies themselves."""
+
+    port: int = Field(0, ge=0, le=65535)  # 0: the OS picks a free port
+    require_key: bool = False
+    prefix_caching: bool = True
+    latency: LatencyConfig = LatencyConfig()
+    quotas: QuotaConfig = QuotaConfig()
+    faults: FaultRates = FaultRates()
+    hang_seconds: float = Field(3600.0, gt=0)
+    seed: int = 0
+
+
+ScriptedKind = Literal[
+    "rate_limit",
+    "insufficient_quota",
+    "http_error",
+    "hang",
+    "latency",
+    "auth_error",
+    "bad_request",
+    "context_window",
+    "malformed_arguments",
+    "unknown_tool",
+    "missing_fields",
+    "empty_reply",
+]
+
+#: Scripted kinds that alter the policy's reply rather than replacing the response.
+REPLY_FAULTS = frozenset({"malformed_arguments", "unknown_tool", "missing_fields", "empty_reply"})
+
+
+class Scripted(_Strict):
+    """A one-shot behaviour for the next chat request (of `model`, when given).
+
+    `rate_limit`: 429, with `Retry-After: retry_after` when set (fractions allowed).
+    `insufficient_quota`: 429 with code `insufficient_quota` (permanent). `http_error`: `status`.
+    `hang`: wait `seconds` (default: the config's `hang_seconds`) then answer normally.
+    `latency`: wait `seconds` more, then answer normally. `auth_error`: 401.
+    `bad_request`: 400 with `message`. `context_window`: 400 `context_length_exceeded`.
+    The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.
+    """
+
+    kind: ScriptedKind
+    retry_after: float | None = Field(None, ge=0)
+    status: int = Field(500, ge=400, le=599)
+    seconds: float | None = Field(None, ge=0)
+    message: str | None = None
+    model: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Scripted:
+        if self.kind == "latency" and self.seconds is None:
+            raise ValueError("a scripted latency needs seconds")
+        return self

@@ -1,0 +1,197 @@
+"""`offline/exact-match-judge`: a deterministic stand-in for the LLM judge.
+
+It reads the judge prompt in the last user message, whose fields start lines:
+
+    [question]: ...
+    [response]: ...            (may span many lines, up to the next marker)
+    [correct_answer]: ...      (one line)
+    [accepted_answers]: a | b  (optional, one line: aliases)
+
+takes the final answer from the response's `Exact Answer:` line and replies with the JSON of a
+judgement, decided by normalised string and numeric matching (see `match_rule`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import unicodedata
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from piserini_ray.offline.policy import PolicyReply
+from piserini_ray.offline.tokens import content_text
+
+#: Extra tokens an extracted answer may carry around the gold answer and still count as correct
+#: ("Paris, France" for "Paris"); more than this is a different answer, not a harmless addition.
+MAX_EXTRA_TOKENS = 3
+
+_ARTICLES = frozenset({"a", "an", "the"})
+# Removed rather than turned into spaces, so "U.S.A." = "USA" and "O'Brien" = "OBrien".
+_ELIDED = frozenset(".'’ʼ")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_MARKER = re.compile(r"^\[(question|response|correct_answer|accepted_answers)\]:[ \t]*", re.M)
+# "Exact Answer: x", "**Exact Answer:** x", "**Exact answer**: x", "- exact answer: x", ...
+_EXACT = re.compile(r"^[\s>*_#\-]*exact[ \t]+answer[\s*_]*:[\s*_]*(.*)$", re.I)
+_FIELD = re.compile(r"^[\s>*_#\-]*(explanation|confidence|exact[ \t]+answer)[\s*_]*:", re.I)
+
+
+def _is_punctuation(ch: str) -> bool:
+    return ch in string.punctuation or unicodedata.category(ch).startswith("P")
+
+
+def _canonical_number(token: str) -> str:
+    """`35.0` -> `35`, `0.50` -> `0.5`; other tokens unchanged."""
+    if not _NUMBER.fullmatch(token):
+        return token
+    return format(Decimal(token).normalize(), "f")
+
+
+def normalize_answer(text: str) -> str:
+    """NFKC, lower case, no punctuation, no articles, single spaces, canonical numbers.
+
+    Thousands separators and decimal points inside numbers survive punctuation stripping, so
+    "1,000" becomes "1000" and "3.5" stays "3.5"; a percent sign is punctuation ("35%" = "35").
+    """
+    s = _THOUSANDS.sub("", unicodedata.normalize("NFKC", text).lower())
+    out: list[str] = []
+    for i, ch in enumerate(s):
+        if ch == "." and 0 < i < len(s) - 1 and s[i - 1].isdigit() and s[i + 1].isdigit():
+            out.append(ch)
+        elif ch in _ELIDED:
+            continue
+        elif _is_punctuation(ch):
+            out.append(" ")
+        else:
+            out.append(ch)
+    tokens = [t for t in "".join(out).split() if t not in _ARTICLES]
+    return " ".join(_canonical_number(t) for t in tokens)
+
+
+def parse_number(text: str) -> Decimal | None:
+    """The number a whole answer states ("1,000", "35.0", "12%"), or None when it is not one."""
+    s = _THOUSANDS.sub("", unicodedata.normalize("NFKC", text).strip())
+    s = s.removesuffix("%").strip()
+    if not _NUMBER.fullmatch(s):
+        return None
+    try:
+        return Decimal(s)
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
+        return None
+
+
+def match_rule(extracted: str, gold: str) -> str | None:
+    """Which rule makes `extracted` match `gold` ("numeric", "normalised", "contained"), if any.
+
+    When both are numbers the numeric comparison alone decides, so "1000" never matches
+    "10000" through the containment rule.
+    """
+    x_num, g_num = parse_number(extracted), parse_number(gold)
+    if x_num is not None and g_num is not None:
+        return "numeric" if x_num == g_num else None
+    x, g = normalize_answer(extracted).split(), normalize_answer(gold).split()
+    if not g or not x:
+        return None
+    if x == g:
+        return "normalised"
+    extra = len(x) - len(g)
+    if 0 < extra <= MAX_EXTRA_TOKENS and any(
+        x[i : i + len(g)] == g for i in range(len(x) - len(g) + 1)
+    ):
+        return "contained"
+    return None
+
+
+def answers_match(extracted: str, gold: str) -> bool:
+    """True when `extracted` answers `gold` under `match_rule`."""
+    return match_rule(extracted, gold) is not None
+
+
+def parse_judge_prompt(prompt: str) -> dict[str, str]:
+    """The marker fields of a judge prompt; `correct_answer`/`accepted_answers` are one line."""
+    fields: dict[str, str] = {}
+    found = list(_MARKER.finditer(prompt))
+    for i, match in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(prompt)
+        value = prompt[match.end() : end]
+        if match.group(1) in ("correct_answer", "accepted_answers"):
+            value = value.split("\n", 1)[0]
+        fields.setdefault(match.group(1), value.strip())
+    return fields
+
+
+def _strip_markup(text: str) -> str:
+    return text.strip().strip("*_`").strip()
+
+
+def extract_exact_answer(response: str) -> str | None:
+    """The value of the response's last `Exact Answer:` line (markdown tolerated), or None."""
+    lines = response.splitlines()
+    answer = None
+    for i, line in enumerate(lines):
+        match = _EXACT.match(line)
+        if not match:
+            continue
+        value = _strip_markup(match.group(1))
+        if not value:  # "Exact Answer:" alone, the answer on the next non-empty line
+            following = next((x for x in lines[i + 1 :] if x.strip()), "")
+            value = "" if _FIELD.match(following) else _strip_markup(following)
+        answer = value or None
+    return answer
+
+
+def judge(prompt: str) -> dict[str, Any]:
+    """The judgement for one judge prompt (see the module docstring for its format)."""
+    fields = parse_judge_prompt(prompt)
+    gold = fields.get("correct_answer", "")
+    aliases = [a.strip() for a in fields.get("accepted_answers", "").split("|") if a.strip()]
+    verdict: dict[str, Any] = {
+        "extracted_final_answer": None,
+        "correct_answer": gold,
+        "reasoning": "",
+        "correct": False,
+        "confidence": 100,
+    }
+    if not gold:
+        verdict["reasoning"] = "The judge prompt has no [correct_answer] line; cannot judge."
+        verdict["confidence"] = 0
+        return verdict
+    extracted = extract_exact_answer(fields.get("response", ""))
+    verdict["extracted_final_answer"] = extracted
+    if extracted is None:
+        verdict["reasoning"] = "The response has no 'Exact Answer:' line, so no final answer."
+        return verdict
+    for candidate in [gold, *aliases]:
+        rule = match_rule(extracted, candidate)
+        if rule is None:
+            continue
+        which = "the correct answer" if candidate == gold else "the accepted answer"
+        explanation = {
+            "numeric": "states the same number as",
+            "normalised": "equals, after normalisation (case, punctuation, articles, spaces),",
+            "contained": f"contains, with at most {MAX_EXTRA_TOKENS} extra words,",
+        }[rule]
+        verdict["reasoning"] = f"The extracted answer {extracted!r} {explanation} {which} "
+        verdict["reasoning"] += f"{candidate!r} (rule: {rule})."
+        verdict["correct"] = True
+        return verdict
+    names = ", ".join(repr(c) for c in [gold, *aliases])
+    verdict["reasoning"] = (
+        f"The extracted answer {extracted!r} matches none of {names} by normalised, "
+        "numeric or containment comparison."
+    )
+    return verdict
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    for message in reversed(request.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def exact_match_judge_policy(request: dict[str, Any]) -> PolicyReply:
+    """Judge the last user message; the content is JSON (also under `response_format`)."""
+    return PolicyReply(content=json.dumps(judge(_last_user_text(request)), ensure_ascii=False))

@@ -1,0 +1,610 @@
+"""The offline provider over real HTTP (httpx), and through litellm as the framework uses it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import piserini_ray
+from piserini_ray.offline import (
+    FaultRates,
+    LatencyConfig,
+    OfflineConfig,
+    OfflineProvider,
+    PolicyReply,
+    PolicyToolCall,
+    QuotaConfig,
+    Scripted,
+    exact_match_judge_policy,
+)
+from piserini_ray.offline.judge_policy import answers_match, judge, normalize_answer
+from piserini_ray.offline.server import default_policies, key_hash
+from piserini_ray.offline.tokens import (
+    count_completion_tokens,
+    count_message_tokens,
+    count_prompt_tokens,
+    count_text_tokens,
+)
+
+# No network here: use litellm's bundled price map instead of retrying a download on import.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+AGENT = "test/agent"
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the corpus.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "reason": {"type": "string"}},
+            "required": ["query", "reason"],
+        },
+    },
+}
+
+
+def agent_policy(request: dict[str, Any]) -> PolicyReply:
+    """Searches for the last user message; answers once a tool result is in the history."""
+    last = request["messages"][-1]
+    if last["role"] == "tool":
+        return PolicyReply(content="Explanation: found it.\nExact Answer: Paris")
+    arguments = json.dumps({"query": last["content"], "reason": "look it up"})
+    return PolicyReply(tool_calls=[PolicyToolCall(name="search", arguments=arguments)])
+
+
+POLICIES = {AGENT: agent_policy, "offline/exact-match-judge": exact_match_judge_policy}
+
+
+def conversation(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You answer with the search tool."},
+        {"role": "user", "content": question},
+    ]
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    arguments = json.dumps({"query": "louvre", "reason": "find the city"})
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "search", "arguments": arguments},
+    }
+
+
+def chat_body(messages: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"model": AGENT, "messages": messages or conversation(), "tools": [SEARCH_TOOL]} | extra
+
+
+def post(
+    provider: OfflineProvider, body: Any, key: str | None = "k1", timeout: float | None = 10
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    url = f"{provider.base_url}/chat/completions"
+    return httpx.post(url, json=body, headers=headers, timeout=timeout)
+
+
+@pytest.fixture
+def provider() -> Iterator[OfflineProvider]:
+    with OfflineProvider(OfflineConfig(), POLICIES) as running:
+        yield running
+
+
+def test_models_list(provider: OfflineProvider) -> None:
+    response = httpx.get(f"{provider.base_url}/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == [AGENT, "offline/exact-match-judge"]
+    assert all(m["object"] == "model" for m in body["data"])
+
+
+def test_default_registry_serves_the_judge() -> None:
+    assert default_policies()["offline/exact-match-judge"] is exact_match_judge_policy
+
+
+def test_serve_blocks_until_ctrl_c() -> None:
+    code = "from piserini_ray.offline import serve; serve()"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=subprocess_env()
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("offline provider listening on http://127.0.0.1:")
+        base_url = line.split()[-1]
+        models = httpx.get(f"{base_url}/models", timeout=10).json()["data"]
+        assert "offline/exact-match-judge" in [m["id"] for m in models]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_tool_call_reply_shape(provider: OfflineProvider) -> None:
+    first = post(provider, chat_body()).json()
+    second = post(provider, chat_body()).json()
+    assert first["object"] == "chat.completion" and first["model"] == AGENT
+    choice = first["choices"][0]
+    assert choice["index"] == 0 and choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["role"] == "assistant"
+    (call,) = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "search"
+    assert json.loads(call["function"]["arguments"])["query"] == "Where is the Louvre?"
+    assert call["id"].startswith("call_")
+    assert call["id"] != second["choices"][0]["message"]["tool_calls"][0]["id"]
+    assert first["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+
+
+def test_text_reply_has_stop_and_no_tool_calls(provider: OfflineProvider) -> None:
+    messages = [
+        *conversation(),
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("call_9")]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "The Louvre is in Paris."},
+    ]
+    choice = post(provider, chat_body(messages)).json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["content"].endswith("Exact Answer: Paris")
+    assert not choice["message"].get("tool_calls")
+
+
+def test_unknown_model_is_404(provider: OfflineProvider) -> None:
+    response = post(provider, chat_body(model="gpt-nope"))
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "model_not_found"
+    assert "gpt-nope" in error["message"]
+
+
+def test_bad_bodies_are_400(provider: OfflineProvider) -> None:
+    bad_json = httpx.post(
+        f"{provider.base_url}/chat/completions",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
+    assert bad_json.status_code == 400
+    assert bad_json.json()["error"]["type"] == "invalid_request_error"
+    missing = post(provider, {"model": AGENT})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "messages"
+    streaming = post(provider, chat_body(stream=True))
+    assert streaming.status_code == 400
+    assert "streaming is not supported" in streaming.json()["error"]["message"]
+
+
+def test_missing_key_is_401_when_required() -> None:
+    with OfflineProvider(OfflineConfig(require_key=True), POLICIES) as provider:
+        response = post(provider, chat_body(), key=None)
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+        assert post(provider, chat_body(), key="secret-value").status_code == 200
+        assert httpx.get(f"{provider.base_url}/models").status_code == 401
+        records = provider.requests
+    assert [r.status for r in records] == [401, 200]
+    assert records[1].key_hash == key_hash("secret-value")
+    assert "secret-value" not in repr(records)
+
+
+def test_usage_equals_the_token_rule(provider: OfflineProvider) -> None:
+    messages = [
+        *conversation(),
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("call_a")]},
+        {"role": "tool", "tool_call_id": "call_a", "name": "search", "content": "1. Louvre"},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "And "}, {"type": "text", "text": "?"}],
+        },
+    ]
+    body = post(provider, chat_body(messages)).json()
+    usage = body["usage"]
+    assert usage["prompt_tokens"] == count_prompt_tokens(messages, [SEARCH_TOOL])
+    message = body["choices"][0]["message"]
+    assert usage["completion_tokens"] == count_completion_tokens(
+        message["content"], message["tool_calls"]
+    )
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # The rule, spelled out for one message: overhead + role + content.
+    assert count_message_tokens({"role": "user", "content": "hello world"}) == 3 + 1 + 2
+    assert count_text_tokens("hello world") == 2  # cl100k_base: "hello", " world"
+    recorded = provider.requests[-1].usage
+    assert recorded is not None and recorded.prompt_tokens == usage["prompt_tokens"]
+
+
+def subprocess_env() -> dict[str, str]:
+    """This checkout first on the path, whatever the editable install points at."""
+    return os.environ | {"PYTHONPATH": str(Path(piserini_ray.__file__).resolve().parents[1])}
+
+
+def test_tokenizer_loads_without_network() -> None:
+    code = (
+        "import socket\n"
+        "def refuse(*a, **k): raise OSError('network used')\n"
+        "socket.socket.connect = refuse\n"
+        "socket.create_connection = refuse\n"
+        "from piserini_ray.offline.tokens import count_text_tokens\n"
+        "print(count_text_tokens('hello world'))\n"
+    )
+    env = {k: v for k, v in subprocess_env().items() if "TIKTOKEN" not in k}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+
+
+def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider) -> None:
+    first = post(provider, chat_body()).json()
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    history = [
+        *conversation(),
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("call_x")]},
+        {"role": "tool", "tool_call_id": "call_x", "content": "The Louvre is in Paris."},
+    ]
+    second = post(provider, chat_body(history)).json()["usage"]
+    shared = sum(count_message_tokens(m) for m in conversation())
+    assert second["prompt_tokens_details"]["cached_tokens"] == shared
+    assert 0 < shared < second["prompt_tokens"]
+    third = post(provider, chat_body([*history, {"role": "user", "content": "More?"}])).json()
+    cached = sum(count_message_tokens(m) for m in history)
+    assert third["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+    other = post(provider, chat_body(conversation("Where is the Prado?"))).json()
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    conversations = {r.conversation for r in provider.requests}
+    assert len(conversations) == 2
+
+
+def test_prefix_caching_can_be_disabled() -> None:
+    with OfflineProvider(OfflineConfig(prefix_caching=False), POLICIES) as provider:
+        post(provider, chat_body())
+        usage = post(provider, chat_body()).json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_requests_per_minute_quota_is_per_key() -> None:
+    config = OfflineConfig(quotas=QuotaConfig(requests_per_minute=2))
+    with OfflineProvider(config, POLICIES) as provider:
+        assert [post(provider, chat_body()).status_code for _ in range(2)] == [200, 200]
+        limited = post(provider, chat_body())
+        assert limited.status_code == 429
+        assert int(limited.headers["Retry-After"]) >= 1
+        error = limited.json()["error"]
+        assert error["type"] == "requests" and error["code"] == "rate_limit_exceeded"
+        assert error["message"].startswith("Rate limit reached")
+        assert post(provider, chat_body(), key="k2").status_code == 200
+        assert [r.fault for r in provider.requests] == [None, None, "quota", None]
+
+
+def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
+    small = count_prompt_tokens(conversation(), [SEARCH_TOOL])
+    config = OfflineConfig(quotas=QuotaConfig(tokens_per_minute=3 * small))
+    with OfflineProvider(config, POLICIES) as provider:
+        assert post(provider, chat_body()).status_code == 200
+        huge = post(provider, chat_body(conversation("word " * (4 * small))))
+        assert huge.status_code == 429 and huge.json()["error"]["type"] == "tokens"
+        assert int(huge.headers["Retry-After"]) >= 1
+        # The rejected request consumed nothing, so one more small request still fits.
+        assert post(provider, chat_body()).status_code == 200
+        assert post(provider, chat_body()).status_code == 429
+
+
+SCRIPTED_ERRORS = [
+    (Scripted(kind="insufficient_quota"), 429, "insufficient_quota"),
+    (Scripted(kind="http_error", status=503), 503, None),
+    (Scripted(kind="auth_error"), 401, "invalid_api_key"),
+    (Scripted(kind="bad_request", message="no such parameter"), 400, None),
+    (Scripted(kind="context_window"), 400, "context_length_exceeded"),
+]
+
+
+@pytest.mark.parametrize(("spec", "status", "code"), SCRIPTED_ERRORS, ids=lambda x: str(x)[:24])
+def test_scripted_errors(
+    provider: OfflineProvider, spec: Scripted, status: int, code: str | None
+) -> None:
+    provider.script(spec)
+    response = post(provider, chat_body())
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    if spec.kind == "bad_request":
+        assert error["message"] == "no such parameter"
+    if spec.kind == "context_window":
+        assert "maximum context length" in error["message"]
+    assert post(provider, chat_body()).status_code == 200  # one-shot
+    first, second = provider.requests
+    assert (first.fault, first.scripted, second.fault) == (spec.kind, True, None)
+
+
+def test_scripted_rate_limits(provider: OfflineProvider) -> None:
+    provider.script(Scripted(kind="rate_limit", retry_after=1.5), Scripted(kind="rate_limit"))
+    with_header = post(provider, chat_body())
+    assert with_header.status_code == 429 and with_header.headers["Retry-After"] == "1.5"
+    assert with_header.json()["error"]["code"] == "rate_limit_exceeded"
+    without = post(provider, chat_body())
+    assert without.status_code == 429 and "Retry-After" not in without.headers
+    assert post(provider, chat_body()).status_code == 200
+
+
+def test_scripted_per_model(provider: OfflineProvider) -> None:
+    provider.script(Scripted(kind="http_error", status=500, model="offline/exact-match-judge"))
+    assert post(provider, chat_body()).status_code == 200
+    judge_body = {"model": "offline/exact-match-judge", "messages": conversation()}
+    assert post(provider, judge_body).status_code == 500
+    assert post(provider, judge_body).status_code == 200
+
+
+def first_tool_call(response: httpx.Response) -> dict[str, Any]:
+    return response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+
+
+def test_scripted_reply_faults(provider: OfflineProvider) -> None:
+    provider.script(
+        Scripted(kind="malformed_arguments"),
+        Scripted(kind="unknown_tool"),
+        Scripted(kind="missing_fields"),
+        Scripted(kind="empty_reply"),
+    )
+    malformed = first_tool_call(post(provider, chat_body()))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(malformed["arguments"])
+    unknown = first_tool_call(post(provider, chat_body()))
+    assert unknown["name"] == "web_browse"
+    missing = json.loads(first_tool_call(post(provider, chat_body()))["arguments"])
+    assert missing == {"query": "Where is the Louvre?"}
+    empty = post(provider, chat_body()).json()["choices"][0]
+    assert empty["message"]["content"] == "" and not empty["message"].get("tool_calls")
+    assert empty["finish_reason"] == "stop"
+    assert post(provider, chat_body()).json()["choices"][0]["finish_reason"] == "tool_calls"
+    faults = [r.fault for r in provider.requests]
+    assert faults == ["malformed_arguments", "unknown_tool", "missing_fields", "empty_reply", None]
+
+
+def test_scripted_latency_delays_then_answers(provider: OfflineProvider) -> None:
+    provider.script(Scripted(kind="latency", seconds=0.3))
+    started = time.monotonic()
+    response = post(provider, chat_body())
+    assert time.monotonic() - started >= 0.3
+    assert response.status_code == 200 and provider.requests[0].fault == "latency"
+
+
+def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> None:
+    provider.script(Scripted(kind="hang", seconds=3600))
+    with pytest.raises(httpx.ReadTimeout):
+        post(provider, chat_body(), timeout=0.3)
+    assert post(provider, chat_body()).status_code == 200
+    # The client went away, so the server cancels the hung handler (liveness, not speed).
+    deadline = time.monotonic() + 20
+    while provider.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert provider.in_flight == 0
+    hung = next(r for r in provider.requests if r.fault == "hang")
+    assert hung.status is None
+
+
+def test_shutdown_does_not_wait_for_hung_requests() -> None:
+    config = OfflineConfig(faults=FaultRates(hang=1.0))  # every request hangs for an hour
+    provider = OfflineProvider(config, POLICIES).start()
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            post(provider, chat_body(), timeout=None)
+        except httpx.HTTPError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not provider.in_flight and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert provider.in_flight == 1
+    port = provider.port
+    provider.stop()
+    thread.join(20)
+    assert not thread.is_alive() and errors  # the client saw the connection go away
+    assert provider._thread is not None and not provider._thread.is_alive()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+
+
+def test_fault_rates_reproduce_with_a_seed() -> None:
+    config = OfflineConfig(seed=7, faults=FaultRates(http_500=0.5, malformed_arguments=0.3))
+
+    def pattern() -> list[tuple[int, str | None]]:
+        with OfflineProvider(config, POLICIES) as provider:
+            for _ in range(16):
+                post(provider, chat_body())
+            return [(r.status or 0, r.fault) for r in provider.requests]
+
+    first = pattern()
+    assert first == pattern()
+    statuses = {status for status, _ in first}
+    assert 200 in statuses and statuses & {500, 502, 503}
+    assert "malformed_arguments" in {fault for _, fault in first}
+    other_seed = OfflineConfig(seed=8, faults=config.faults)
+    with OfflineProvider(other_seed, POLICIES) as provider:
+        for _ in range(16):
+            post(provider, chat_body())
+        assert [(r.status, r.fault) for r in provider.requests] != first
+
+
+def test_reset_clears_log_script_and_cache(provider: OfflineProvider) -> None:
+    post(provider, chat_body())
+    provider.script(Scripted(kind="http_error"))
+    provider.reset()
+    assert provider.requests == []
+    response = post(provider, chat_body())
+    assert response.status_code == 200
+    assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
+    config = OfflineConfig(latency=LatencyConfig(kind="fixed", seconds=0.4))
+    with OfflineProvider(config, POLICIES) as provider:
+        started = time.monotonic()
+        assert post(provider, chat_body()).status_code == 200
+        assert time.monotonic() - started >= 0.4
+
+        async def two_at_once() -> list[int]:
+            async with httpx.AsyncClient(timeout=10) as client:
+                url = f"{provider.base_url}/chat/completions"
+                replies = await asyncio.gather(
+                    *(client.post(url, json=chat_body()) for _ in range(2))
+                )
+            return [r.status_code for r in replies]
+
+        assert asyncio.run(two_at_once()) == [200, 200]
+
+
+def test_lognormal_latency_is_valid_config() -> None:
+    latency = LatencyConfig(kind="lognormal", seconds=0.01, sigma=0.5, max_seconds=0.05)
+    with OfflineProvider(OfflineConfig(latency=latency), POLICIES) as provider:
+        assert post(provider, chat_body()).status_code == 200
+    with pytest.raises(ValueError):
+        LatencyConfig(kind="lognormal", seconds=0)
+    with pytest.raises(ValueError):
+        OfflineConfig(faults={"http_500": 0.1, "typo": 0.2})
+
+
+# -- the judge policy -------------------------------------------------------------------------
+
+
+def judge_prompt(response: str, gold: str, aliases: str | None = None) -> str:
+    lines = [
+        "Judge whether the following [response] to [question] is correct.",
+        "",
+        "[question]: What is the capital of France?",
+        "",
+        f"[response]: {response}",
+        "",
+        f"[correct_answer]: {gold}",
+    ]
+    if aliases is not None:
+        lines.append(f"[accepted_answers]: {aliases}")
+    lines += ["", "reasoning: explain. correct: yes or no."]
+    return "\n".join(lines)
+
+
+JUDGE_CASES = [
+    ("Explanation: obvious.\nExact Answer: Paris\nConfidence: 90%", "Paris", None, True),
+    ("Exact Answer: Lutetia", "Paris", "Lutetia | Paname", True),
+    ("Exact Answer: 1,000", "1000", None, True),
+    ("Exact Answer: 35", "35.0", None, True),
+    ("Exact Answer: 12%", "12", None, True),
+    ("Long text\nspanning lines.\n**Exact Answer:** *The Paris*\n", "paris", None, True),
+    ("**Exact answer**: Paris", "Paris", None, True),
+    ("Exact Answer: Paris, the capital city", "Paris", None, True),
+    ("Exact Answer: Paris is probably the capital city", "Paris", None, False),
+    ("Exact Answer: Lyon", "Paris", "Lutetia", False),
+    ("Exact Answer: 10000", "1000", None, False),
+    ("I think it is Paris.", "Paris", None, False),
+]
+
+
+@pytest.mark.parametrize(("response", "gold", "aliases", "correct"), JUDGE_CASES)
+def test_judge_cases(response: str, gold: str, aliases: str | None, correct: bool) -> None:
+    verdict = judge(judge_prompt(response, gold, aliases))
+    assert verdict["correct"] is correct
+    assert verdict["correct_answer"] == gold
+    assert verdict["reasoning"] and verdict["confidence"] == 100
+    if "Exact" not in response:
+        assert verdict["extracted_final_answer"] is None
+
+
+def test_judge_helpers() -> None:
+    assert normalize_answer("  The U.S.A.,  Inc! ") == "usa inc"
+    assert normalize_answer("ＡＢＣ 35.0 1,000") == "abc 35 1000"
+    assert answers_match("an Apple", "apple")
+    assert not answers_match("pear", "apple")
+
+
+def test_judge_through_the_server(provider: OfflineProvider) -> None:
+    messages = [
+        {"role": "system", "content": "You are a judge."},
+        {"role": "user", "content": judge_prompt("**Exact Answer:** Paris", "Paris")},
+    ]
+    body = {
+        "model": "offline/exact-match-judge",
+        "messages": messages,
+        "response_format": {"type": "json_object"},
+    }
+    content = post(provider, body).json()["choices"][0]["message"]["content"]
+    verdict = json.loads(content)
+    assert set(verdict) == {
+        "extracted_final_answer",
+        "correct_answer",
+        "reasoning",
+        "correct",
+        "confidence",
+    }
+    assert verdict["extracted_final_answer"] == "Paris" and verdict["correct"] is True
+
+
+# -- through litellm, as the framework calls it ------------------------------------------------
+
+
+def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
+    import litellm
+
+    async def call(messages: list[dict[str, Any]]) -> Any:
+        return await litellm.acompletion(
+            model=f"openai/{AGENT}",
+            api_base=provider.base_url,
+            api_key="test-key",
+            messages=messages,
+            tools=[SEARCH_TOOL],
+            num_retries=0,
+        )
+
+    first = asyncio.run(call(conversation()))
+    (call_1,) = first.choices[0].message.tool_calls
+    assert call_1.function.name == "search"
+    assert json.loads(call_1.function.arguments)["reason"] == "look it up"
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert first.usage.prompt_tokens == count_prompt_tokens(conversation(), [SEARCH_TOOL])
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    history = [
+        *conversation(),
+        {"role": "assistant", "content": None, "tool_calls": [tool_call(call_1.id)]},
+        {"role": "tool", "tool_call_id": call_1.id, "content": "The Louvre is in Paris."},
+    ]
+    second = asyncio.run(call(history))
+    assert second.choices[0].message.content.endswith("Exact Answer: Paris")
+    shared = sum(count_message_tokens(m) for m in conversation())
+    assert second.usage.prompt_tokens_details.cached_tokens == shared
+    assert provider.requests[0].key_hash == key_hash("test-key")
+
+
+def test_litellm_sees_scripted_429_with_retry_after(provider: OfflineProvider) -> None:
+    import litellm
+
+    provider.script(Scripted(kind="rate_limit", retry_after=2))
+
+    async def call() -> Any:
+        return await litellm.acompletion(
+            model=f"openai/{AGENT}",
+            api_base=provider.base_url,
+            api_key="test-key",
+            messages=conversation(),
+            num_retries=0,
+        )
+
+    with pytest.raises(litellm.RateLimitError) as caught:
+        asyncio.run(call())
+    error = caught.value
+    headers = getattr(error, "litellm_response_headers", None) or error.response.headers
+    assert headers.get("retry-after") == "2"
+    assert len(provider.requests) == 1  # litellm did not retry on its own
