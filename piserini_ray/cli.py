@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.data import Benchmark, load_benchmark
-from piserini_ray.errors import PiseriniRayError
+from piserini_ray.errors import ConfigError, PiseriniRayError
 
 
 def _log(message: str) -> None:
@@ -89,51 +87,140 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The main job as far as it exists: index the benchmark, then search and read with the
-    tools for a few queries, showing what an agent would see and how fast it was."""
-    from piserini_ray.tools import ToolSession
+    """The main job: the agent over the configured slice (default: the embedded sample with the
+    offline heuristic model), records in a run directory, then the summary."""
+    from piserini_ray.local_run import run_local
 
-    cfg = _config(args)
-    benchmark = load_benchmark(cfg.benchmark)
-    queries = benchmark.select(**cfg.slice.model_dump())
-    _log(f"benchmark {benchmark.name}: {len(queries)} queries selected")
-    searcher = _searcher(cfg, benchmark)
-    _log(
-        f"searcher ready: {searcher.num_docs} documents, BM25 k1={cfg.retrieval.bm25.k1} "
-        f"b={cfg.retrieval.bm25.b}, depth {cfg.retrieval.depth}"
-    )
-    for query in queries[: args.show]:
-        session = ToolSession(searcher, cfg.tools, args.spill_dir)
-        print(f"\n=== {query.query_id}: {query.query}\n    gold answer: {query.answer}\n")
-        print(session.call("search", {"reason": "raw question", "query": query.query}).output)
-        print(session.call("read_search_results", {"reason": "browse", "search_id": "s1"}).output)
-        if session.previewed:
-            top = next(iter(session.previewed))
-            read = {"reason": "open the top hit", "docid": top, "limit": 20}
-            print(session.call("read_document", read).output)
-        evidence = set(benchmark.evidence.get(query.query_id, {}))
-        found = {name: len(evidence & set(getattr(session, name))) for name in
-                 ("surfaced", "previewed", "opened")}  # fmt: skip
-        print(f"evidence documents: {len(evidence)}; " + ", ".join(
-            f"{name} {n}" for name, n in found.items()))  # fmt: skip
-    # Raw-question retrieval over the whole slice: latency and surfaced evidence recall.
-    latencies, recalls = [], []
-    for query in queries:
-        started = time.perf_counter()
-        ranking = searcher.search(query.query)
-        latencies.append((time.perf_counter() - started) * 1000)
-        evidence = set(benchmark.evidence.get(query.query_id, {}))
-        if evidence:
-            surfaced = {searcher.docid(int(o)) for o in ranking.ordinals}
-            recalls.append(len(evidence & surfaced) / len(evidence))
-    latencies.sort()
+    summary = run_local(_config(args), args.run_dir, args.concurrency, log=_log)
+    _print_summary(summary)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its own manifest: only queries without a record run."""
+    from piserini_ray.local_run import run_local
+
+    summary = run_local(_manifest_config(args.run_dir), args.run_dir, args.concurrency, log=_log)
+    _print_summary(summary)
+    return 0
+
+
+def _manifest_config(run_dir: Path) -> RunConfig:
+    from piserini_ray.store import RunManifest
+
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        raise ConfigError(f"{run_dir} is not a run directory (no manifest.json)")
+    return RunConfig.model_validate(RunManifest.model_validate_json(path.read_bytes()).config)
+
+
+def _print_summary(summary: object) -> None:
+    data = summary.model_dump()  # type: ignore[attr-defined]
+    print(f"\nrun {data['run_dir']} (config {data['config_hash']}, model {data['model']})")
     print(
-        f"\n{len(queries)} raw-question searches at depth {cfg.retrieval.depth}: "
-        f"p50 {statistics.median(latencies):.2f} ms, "
-        f"p90 {latencies[int(0.9 * (len(latencies) - 1))]:.2f} ms; "
-        f"surfaced evidence recall (macro) {100 * statistics.fmean(recalls):.1f} %"
+        f"queries: {data['queries']} ({data['ran_now']} run now); "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(data["statuses"].items()))
     )
-    print("The agent, scheduler and reports arrive with the next issues (see README).")
+    print(
+        "tool calls per query: "
+        + ", ".join(f"{k} {v}" for k, v in data["tool_calls_per_query"].items())
+    )
+    tokens = data["tokens_total"]
+    print(
+        f"tokens: input {tokens.get('input_tokens', 0):,}, output "
+        f"{tokens.get('output_tokens', 0):,}, cached {tokens.get('cached_tokens', 0):,} "
+        f"(cached ratio {100 * data['cached_token_ratio']:.1f} %), median per query "
+        f"{data['tokens_median_per_query']:,.0f}"
+    )
+    print(f"accuracy ({data['judge']}): {100 * data['exact_match_accuracy']:.1f} %")
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """One query, in this process, with its trajectory printed as it happens."""
+    import asyncio
+
+    from piserini_ray.agent.loop import run_query
+    from piserini_ray.data import Query
+    from piserini_ray.llm.client import LLMClient
+    from piserini_ray.local_run import model_endpoint, open_searcher
+    from piserini_ray.tools import ToolSession, tool_schemas
+
+    cfg = _manifest_config(args.run_dir) if args.run_dir else _config(args)
+    benchmark = load_benchmark(cfg.benchmark)
+    if args.query_id:
+        query = benchmark.query(args.query_id)
+    elif args.question:
+        query = Query(query_id="ask", query=args.question, answer="")
+    else:
+        raise ConfigError("give a QUESTION or --query-id ID")
+    if args.run_dir:
+        from piserini_ray.store import RunStore
+
+        with RunStore(args.run_dir, cfg) as store:
+            stored = [r for r in store.records() if r.query_id == query.query_id]
+        if stored:
+            print(
+                f"(the run holds a record for {query.query_id}: {stored[0].status}, "
+                f"answer {stored[0].exact_answer!r}; running it again here, not saved)\n"
+            )
+    print(f"Question: {query.query}\n")
+
+    def show(kind: str, data: dict) -> None:
+        if kind == "model":
+            if data["content"]:
+                print(f"--- model (turn {data['turn']}):\n{data['content']}\n")
+            for call in data["tool_calls"]:
+                fn = call["function"]
+                print(f"--- turn {data['turn']} calls {fn['name']} {fn['arguments']}")
+        elif kind == "tool":
+            lines = data["observation"].splitlines()
+            more = (
+                f"\n    ... ({len(lines) - args.lines} more lines)"
+                if len(lines) > args.lines
+                else ""
+            )
+            print("    " + "\n    ".join(lines[: args.lines]) + more + "\n")
+        elif kind == "steer":
+            print(f"--- steer: submit now (at {data['charged']:.1f} s charged)\n")
+
+    searcher = open_searcher(cfg, benchmark, _log)
+    with model_endpoint(cfg) as api_base:
+        client = LLMClient(cfg.model, cfg.retry, api_base=api_base)
+        session = ToolSession(searcher, cfg.tools, args.spill_dir)
+        record = asyncio.run(
+            run_query(
+                query,
+                session,
+                client,
+                cfg.agent,
+                tool_schemas(cfg.tools),
+                run_id="ask",
+                config_hash=cfg.config_hash(),
+                on_event=show,
+            )
+        )
+    print(f"status: {record.status}" + (f" ({record.error})" if record.error else ""))
+    print(
+        f"exact answer: {record.exact_answer!r}  confidence: {record.confidence:g}"
+        + (" (missing, taken as 100)" if record.confidence_missing else "")
+    )
+    if query.answer:
+        print(f"gold answer: {query.answer!r}")
+    print(f"tool calls: {record.tool_call_counts}; tokens: {record.usage.model_dump()}")
+    print(
+        f"charged {record.charged_seconds:.2f} s, waited {record.waited_seconds:.2f} s; "
+        f"surfaced {len(record.surfaced)}, previewed {len(record.previewed)}, "
+        f"opened {len(record.opened)}, cited {record.cited}"
+    )
+    if args.save:
+        args.save.write_text(record.model_dump_json(indent=2))
+    return 0 if record.status == "completed" else 1
+
+
+def cmd_offline_provider(args: argparse.Namespace) -> int:
+    from piserini_ray.offline import serve
+
+    serve(_config(args).offline, host="127.0.0.1", port=args.port)
     return 0
 
 
@@ -166,10 +253,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int)
     p.add_argument("--spill-dir", type=Path)
     p.set_defaults(func=cmd_read)
-    p = add("run", "The main job on the configured benchmark (default: the embedded sample).")
-    p.add_argument("--show", type=int, default=3, help="queries to show tool by tool")
-    p.add_argument("--spill-dir", type=Path)
+    p = add("run", "The main job: the agent over the configured slice (default: the sample).")
+    p.add_argument("--run-dir", type=Path, help="default: runs/<benchmark>-<model>-<hash>")
+    p.add_argument("--concurrency", type=int, default=4, help="queries at once")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("resume", help="Continue a run from its manifest.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.set_defaults(func=cmd_resume)
+    p = add("ask", "Run one query in this process and print its trajectory as it happens.")
+    p.add_argument("question", nargs="?", help="a question (or use --query-id)")
+    p.add_argument("--query-id", help="a query of the benchmark")
+    p.add_argument("--run-dir", type=Path, help="use this run's config (nothing is saved in it)")
+    p.add_argument("--spill-dir", type=Path)
+    p.add_argument("--lines", type=int, default=12, help="lines of each tool output to show")
+    p.add_argument("--save", type=Path, help="write the record as JSON here")
+    p.set_defaults(func=cmd_ask)
+    p = add("offline-provider", "Serve the offline models on 127.0.0.1 (OpenAI-compatible).")
+    p.add_argument("--port", type=int, help="default: from config (0 = any free port)")
+    p.set_defaults(func=cmd_offline_provider)
     return parser
 
 

@@ -255,16 +255,23 @@ def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider
         {"role": "tool", "tool_call_id": "call_x", "content": "The Louvre is in Paris."},
     ]
     second = post(provider, chat_body(history)).json()["usage"]
-    shared = sum(count_message_tokens(m) for m in conversation())
+    # The tools lead the cacheable prefix, as on real providers.
+    tools = count_text_tokens(json.dumps([SEARCH_TOOL], separators=(",", ":")))
+    shared = tools + sum(count_message_tokens(m) for m in conversation())
     assert second["prompt_tokens_details"]["cached_tokens"] == shared
     assert 0 < shared < second["prompt_tokens"]
     third = post(provider, chat_body([*history, {"role": "user", "content": "More?"}])).json()
-    cached = sum(count_message_tokens(m) for m in history)
+    cached = tools + sum(count_message_tokens(m) for m in history)
     assert third["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+    # A new conversation with the same tools and system prompt hits that shared head only.
     other = post(provider, chat_body(conversation("Where is the Prado?"))).json()
-    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    head = tools + count_message_tokens(conversation()[0])
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == head
+    changed = [{"role": "system", "content": "Another prompt."}, conversation()[1]]
+    fresh = post(provider, chat_body(changed)).json()
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     conversations = {r.conversation for r in provider.requests}
-    assert len(conversations) == 2
+    assert len(conversations) == 3
 
 
 def test_prefix_caching_can_be_disabled() -> None:
@@ -583,7 +590,8 @@ def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
     ]
     second = asyncio.run(call(history))
     assert second.choices[0].message.content.endswith("Exact Answer: Paris")
-    shared = sum(count_message_tokens(m) for m in conversation())
+    tools = count_text_tokens(json.dumps([SEARCH_TOOL], separators=(",", ":")))
+    shared = tools + sum(count_message_tokens(m) for m in conversation())
     assert second.usage.prompt_tokens_details.cached_tokens == shared
     assert provider.requests[0].key_hash == key_hash("test-key")
 

@@ -11,11 +11,14 @@ cost. Replies come from policies (see `policy.py`); on the way the server applie
 5. random faults drawn from a seeded RNG (server errors, hangs, damaged replies);
 6. the policy, then usage with prefix-cache accounting.
 
-Prefix caching: a conversation is identified by a hash of the model and its first two messages
-(system + first user, typically). A request's `cached_tokens` is the token count
-(`count_message_tokens`) of the longest run of whole leading messages it shares with the most
-recent earlier successful request of the same conversation; tools and the reply priming are
-never counted as cached, so `cached_tokens <= prompt_tokens` always holds.
+Prefix caching, shaped like real providers' (whose prompt starts with the tool definitions): the
+cacheable prefix of a request is its `tools`, then its messages, whole items only. A
+conversation is identified by a hash of the model and its first two messages (system + first
+user, typically); `cached_tokens` is the token count of the longest leading run of (tools,
+messages...) shared with the most recent earlier successful request of that conversation. A
+first request still hits the cache for tools + system message when any earlier request of the
+same model started the same way (the shared system prompt, as on a real provider). The reply
+priming is never cached, so `cached_tokens < prompt_tokens` always holds.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from piserini_ray.offline.tokens import (
     count_completion_tokens,
     count_message_tokens,
     count_prompt_tokens,
+    count_text_tokens,
 )
 
 log = logging.getLogger(__name__)
@@ -162,6 +166,7 @@ class _App:
             self.records.clear()
             self.script.clear()
             self.conversations: OrderedDict[str, list[bytes]] = OrderedDict()
+            self.heads: set[str] = set()
             self.windows: dict[str, _Window] = {}
             # Separate streams, so enabling latency does not shift the fault pattern.
             self.fault_rng = random.Random(f"{self.config.seed}:faults")
@@ -296,7 +301,7 @@ class _App:
         ]
         content = reply.content if reply.content is not None or tool_calls else ""
         completion_tokens = count_completion_tokens(content, tool_calls)
-        record.conversation, cached_tokens = self._prefix_cache(model, messages)
+        record.conversation, cached_tokens = self._prefix_cache(model, messages, tools)
         record.usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
         if window_entry is not None:
             with self.lock:
@@ -399,25 +404,37 @@ class _App:
             status = self.fault_rng.choice(sorted(_SERVER_ERRORS))
         return [kind for kind in _FAULT_ORDER if draws[kind] < getattr(rates, kind)], status
 
-    def _prefix_cache(self, model: str, messages: list[dict[str, Any]]) -> tuple[str, int]:
+    def _prefix_cache(
+        self, model: str, messages: list[dict[str, Any]], tools: list[Any] | None
+    ) -> tuple[str, int]:
         """(conversation id, cached tokens) for this request; remembers it for the next one."""
         conversation = hashlib.sha256(
             orjson.dumps([model, messages[:2]], option=orjson.OPT_SORT_KEYS)
         ).hexdigest()[:16]
         if not self.config.prefix_caching:
             return conversation, 0
-        fingerprints = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in messages]
+        tools_json = orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS)
+        items = [tools_json] + [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in messages]
+        head = hashlib.sha256(model.encode() + b"\0" + b"\0".join(items[:2])).hexdigest()
         with self.lock:
             previous = self.conversations.pop(conversation, [])
-            self.conversations[conversation] = fingerprints
+            self.conversations[conversation] = items
             while len(self.conversations) > MAX_CONVERSATIONS:
                 self.conversations.popitem(last=False)
+            head_seen = head in self.heads
+            self.heads.add(head)
         shared = 0
-        for old, new in zip(previous, fingerprints, strict=False):
+        for old, new in zip(previous, items, strict=False):
             if old != new:
                 break
             shared += 1
-        return conversation, sum(count_message_tokens(m) for m in messages[:shared])
+        if shared < 2 and head_seen and len(items) >= 2:
+            shared = 2  # tools + system prompt, cached by an earlier conversation
+        # Counted exactly as `count_prompt_tokens` counts the tools part of the prompt.
+        cached = count_text_tokens(orjson.dumps(list(tools)).decode()) if tools and shared else 0
+        return conversation, cached + sum(
+            count_message_tokens(m) for m in messages[: max(0, shared - 1)]
+        )
 
 
 def _bearer_key(request: web.Request) -> str | None:

@@ -1,0 +1,182 @@
+"""Run a benchmark slice in this process (asyncio, no Ray): the engine of `piserini-ray run`
+until the Ray runtime lands, and the way to rehearse a run on one machine.
+
+Each finished query is written to the run store at once; running the same command again skips
+every query that has a record, so an interrupted run resumes without losing or repeating one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from piserini_ray.agent.loop import run_query
+from piserini_ray.config import RunConfig
+from piserini_ray.data import Benchmark, Query, load_benchmark
+from piserini_ray.llm.client import LLMClient
+from piserini_ray.retrieval import BM25Searcher, build_index
+from piserini_ray.store import QueryRecord, RunStore
+from piserini_ray.tools import ToolSession, tool_schemas
+
+
+class RunSummary(BaseModel):
+    run_dir: str
+    config_hash: str
+    model: str
+    queries: int
+    ran_now: int
+    statuses: dict[str, int]
+    tool_calls_per_query: dict[str, float]
+    tokens_total: dict[str, int]
+    tokens_median_per_query: float
+    cached_token_ratio: float
+    #: Exact-match rule of the offline judge (normalised / numeric / contained), not an LLM
+    #: judge: a quick signal until the judge and reducers run.
+    exact_match_accuracy: float
+    judge: str = "offline exact-match rule"
+
+
+def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", config.model.name)
+    return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
+
+
+@contextmanager
+def model_endpoint(config: RunConfig) -> Iterator[str | None]:
+    """The API base for the run's model: the offline provider on loopback for an offline
+    model without an explicit `api_base` (started here, stopped on exit)."""
+    if config.model.is_offline and config.model.api_base is None:
+        from piserini_ray.offline import OfflineProvider
+
+        with OfflineProvider(config.offline) as provider:
+            yield provider.base_url
+    else:
+        yield config.model.api_base
+
+
+def open_searcher(
+    config: RunConfig, benchmark: Benchmark, log: Callable[[str], None]
+) -> BM25Searcher:
+    index = build_index(
+        benchmark.corpus,
+        config.retrieval.resolved_index_root(),
+        threads=config.retrieval.index_threads,
+        heap=config.retrieval.jvm_heap,
+        log=log,
+    )
+    return BM25Searcher(
+        index, config.retrieval.bm25, config.retrieval.depth, config.retrieval.jvm_heap
+    )
+
+
+async def _run_all(
+    config: RunConfig,
+    queries: list[Query],
+    store: RunStore,
+    searcher: BM25Searcher,
+    api_base: str | None,
+    concurrency: int,
+    log: Callable[[str], None],
+) -> int:
+    client = LLMClient(config.model, config.retry, api_base=api_base)
+    schemas = tool_schemas(config.tools)
+    gate = asyncio.Semaphore(concurrency)
+    counts: Counter[str] = Counter()
+    total = len(queries)
+
+    async def one(query: Query) -> None:
+        async with gate:
+            session = ToolSession(searcher, config.tools, store.spill_dir(query.query_id))
+            record = await run_query(
+                query,
+                session,
+                client,
+                config.agent,
+                schemas,
+                run_id=store.run_id,
+                config_hash=store.config_hash,
+            )
+            store.append(record)
+            counts[record.status] += 1
+            calls = sum(record.tool_call_counts.values())
+            log(
+                f"[{sum(counts.values())}/{total}] {query.query_id}: {record.status} "
+                f"({calls} tool calls, {record.usage.input_tokens + record.usage.output_tokens} "
+                f"tokens, {record.charged_seconds:.1f} s) | "
+                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            )
+
+    await asyncio.gather(*(one(q) for q in queries))
+    return total
+
+
+def summarize(
+    records: list[QueryRecord], benchmark: Benchmark, store: RunStore, ran: int, model: str
+) -> RunSummary:
+    from piserini_ray.offline.judge_policy import answers_match
+
+    n = max(1, len(records))
+    tools: Counter[str] = Counter()
+    for record in records:
+        tools.update(record.tool_call_counts)
+    totals = Counter()
+    for record in records:
+        totals.update(record.usage.model_dump())
+    per_query = [r.usage.input_tokens + r.usage.output_tokens for r in records] or [0]
+    correct = 0
+    for record in records:
+        query = benchmark.query(record.query_id)
+        golds = [query.answer, *query.aliases]
+        if record.exact_answer and any(answers_match(record.exact_answer, g) for g in golds):
+            correct += 1
+    return RunSummary(
+        run_dir=str(store.run_dir),
+        config_hash=store.config_hash,
+        model=model,
+        queries=len(records),
+        ran_now=ran,
+        statuses=dict(Counter(r.status for r in records)),
+        tool_calls_per_query={k: round(v / n, 2) for k, v in sorted(tools.items())}
+        | {"total": round(sum(tools.values()) / n, 2)},
+        tokens_total=dict(totals),
+        tokens_median_per_query=statistics.median(per_query),
+        cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
+        exact_match_accuracy=round(correct / n, 4),
+    )
+
+
+def run_local(
+    config: RunConfig,
+    run_dir: Path | None = None,
+    concurrency: int = 4,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+) -> RunSummary:
+    """Run (or resume) the configured slice; return the summary of every record in the slice."""
+    benchmark = load_benchmark(config.benchmark)
+    queries = benchmark.select(**config.slice.model_dump())
+    run_dir = run_dir or default_run_dir(config)
+    with RunStore(run_dir, config, log=log) as store:
+        done = store.done()
+        todo = [q for q in queries if q.query_id not in done]
+        log(
+            f"run {store.run_dir}: {len(queries)} queries, {len(queries) - len(todo)} already "
+            f"recorded, {len(todo)} to run with {config.model.name}"
+        )
+        ran = 0
+        if todo:
+            searcher = open_searcher(config, benchmark, log)
+            with model_endpoint(config) as api_base:
+                ran = asyncio.run(
+                    _run_all(config, todo, store, searcher, api_base, concurrency, log)
+                )
+        wanted = {q.query_id for q in queries}
+        records = [r for r in store.records() if r.query_id in wanted]
+        return summarize(records, benchmark, store, ran, config.model.name)
