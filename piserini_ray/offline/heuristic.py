@@ -70,7 +70,6 @@ _DATE = re.compile(
     r"\b(?:(?:January|February|March|April|May|June|July|August|September|October|November|"
     r"December)\s+(?:\d{1,2},?\s+)?)?(?:1[0-9]{3}|20[0-9]{2})\b"
 )
-_PERSON = re.compile(r"\b[A-Z][\w'’.-]+(?:\s+[A-Z][\w'’.-]*)+")
 _BOILERPLATE = ("Document", "Search", "More", "Error", "Explanation")
 
 
@@ -254,7 +253,7 @@ def _answer(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> P
     scores: Counter[str] = Counter()
     where: dict[str, list[str]] = {}
     for depth, hop in enumerate(hops):
-        weight = 1 + depth * 2
+        weight = 1 + depth * 2  # later hops are closer to the answer
         sources = {d: (t, 3 * weight) for d, t in hop["texts"].items()}
         for hit in hop["hits"][:5]:
             sources.setdefault(hit["docid"], (f"{hit['title']}. {hit['excerpt']}", weight))
@@ -276,6 +275,7 @@ def _answer(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> P
                     where.setdefault(candidate, [])
                     if docid not in where[candidate]:
                         where[candidate].append(docid)
+    _merge_short_names(scores, where)
     if not scores:
         return PolicyReply(
             content="Explanation: The documents I read did not name an answer.\n"
@@ -292,14 +292,23 @@ def _answer(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> P
     )
 
 
+def _merge_short_names(scores: Counter[str], where: dict[str, list[str]]) -> None:
+    """Credit "Hall" to "G. Stanley Hall" when both occur: texts shorten names they repeat."""
+    names = sorted(scores, key=len, reverse=True)
+    for short in names:
+        longer = [n for n in names if n != short and n.endswith(" " + short) and scores[n] > 0]
+        if longer:
+            best = max(longer, key=lambda n: scores[n])
+            scores[best] += scores.pop(short)
+            where[best] += [d for d in where.pop(short) if d not in where[best]]
+
+
 def _answer_pattern(question: str) -> re.Pattern[str]:
     lower = question.lower()
     if "how many" in lower or "how much" in lower or "number of" in lower:
         return _NUMBER
     if "what year" in lower or "which year" in lower or lower.startswith("when"):
         return _DATE
-    if lower.startswith("who") or " who " in lower:
-        return _PERSON
     return _NAME
 
 
