@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import orjson
 from conftest import GOLDEN
 
 
@@ -21,8 +23,13 @@ def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 def test_search_and_read_print_what_the_agent_sees(sample_index: Path, tmp_path: Path) -> None:
     root = str(sample_index.parent)
-    out = _cli("search", "Journal of Psychotherapy Integration publisher", "--index-root", root,
-               home=tmp_path)  # fmt: skip
+    out = _cli(
+        "search",
+        "Journal of Psychotherapy Integration publisher",
+        "--index-root",
+        root,
+        home=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout == (GOLDEN / "search.txt").read_text() + "\n"
     out = _cli("read", "msq-7976b1e35e0a", "--index-root", root, home=tmp_path)
@@ -31,16 +38,71 @@ def test_search_and_read_print_what_the_agent_sees(sample_index: Path, tmp_path:
     assert out.returncode == 1 and "Error: unknown docid 'no-such-doc'" in out.stdout
 
 
-def test_run_builds_the_index_then_searches_and_reads(tmp_path: Path) -> None:
-    out = _cli("run", "--show", "1", home=tmp_path)
+def test_run_is_the_agent_over_the_slice_and_resumes(tmp_path: Path) -> None:
+    config = tmp_path / "five.yaml"
+    config.write_text("slice:\n  sample: 5\n  seed: 3\n")
+    run_dir = tmp_path / "run"
+    out = _cli("run", "--config", str(config), "--run-dir", str(run_dir), home=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "building the index of musique-sample" in out.stderr
-    assert "Search s1 for" in out.stdout and "Document msq-" in out.stdout
-    assert "100 raw-question searches at depth 1000" in out.stdout
-    assert list((tmp_path / "indexes").glob("musique-sample-*/index.json"))
-    again = _cli("index", home=tmp_path)
-    assert again.returncode == 0 and "building" not in again.stderr
-    assert "1890 documents" in again.stdout
+    assert "queries: 5 (5 run now); completed: 5" in out.stdout
+    assert "accuracy (offline exact-match rule)" in out.stdout and "cached ratio" in out.stdout
+    records = (run_dir / "records.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(records) == 5
+    # Simulate a crash mid-write: the last record is torn. Resuming re-runs exactly that one.
+    (run_dir / "records.jsonl").write_bytes(b"".join(records[:4]) + records[4][:50])
+    out = _cli("resume", str(run_dir), home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "last line was torn" in out.stderr and "4 already recorded, 1 to run" in out.stderr
+    assert "queries: 5 (1 run now)" in out.stdout
+    ids = [
+        orjson.loads(line)["query_id"]
+        for line in (run_dir / "records.jsonl").read_bytes().splitlines()
+    ]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 5
+    again = _cli("run", "--config", str(config), "--run-dir", str(run_dir), home=tmp_path)
+    assert "5 already recorded, 0 to run" in again.stderr and "building" not in again.stderr
+
+
+def test_ask_prints_the_trajectory(sample_index: Path, tmp_path: Path) -> None:
+    root = str(sample_index.parent)
+    out = _cli("ask", "--query-id", "2hop__150763_14904", "--index-root", root, home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Question: Who was the first president" in out.stdout
+    assert "calls search" in out.stdout and "calls read_document" in out.stdout
+    assert "Exact Answer:" in out.stdout and "status: completed" in out.stdout
+    assert "gold answer: 'G. Stanley Hall'" in out.stdout
+    free = _cli(
+        "ask",
+        "Which journal covers psychotherapy integration?",
+        "--index-root",
+        root,
+        home=tmp_path,
+    )
+    assert free.returncode == 0 and "status: completed" in free.stdout
+
+
+def test_offline_provider_command_serves_models(tmp_path: Path) -> None:
+    env = os.environ | {"PISERINI_RAY_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "piserini_ray.cli", "offline-provider", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        line = ""
+        while proc.stdout is not None and "listening on" not in line:
+            line = proc.stdout.readline()
+            assert line, "the provider exited before listening"
+        base_url = line.split("listening on", 1)[1].strip()
+        models = httpx.get(f"{base_url}/models", timeout=10).json()
+        names = {m["id"] for m in models["data"]}
+        assert {"offline/heuristic", "offline/exact-match-judge"} <= names
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
