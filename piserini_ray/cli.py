@@ -89,19 +89,36 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the agent over the configured slice (default: the embedded sample with the
     offline heuristic model), records in a run directory, then the summary."""
-    from piserini_ray.local_run import run_local
-
-    summary = run_local(_config(args), args.run_dir, args.concurrency, log=_log)
-    _print_summary(summary)
+    _print_summary(_execute(_config(args), args.run_dir, args.engine, args.concurrency))
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
-    from piserini_ray.local_run import run_local
+    config = _manifest_config(args.run_dir)
+    _print_summary(_execute(config, args.run_dir, args.engine, args.concurrency))
+    return 0
 
-    summary = run_local(_manifest_config(args.run_dir), args.run_dir, args.concurrency, log=_log)
-    _print_summary(summary)
+
+def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> object:
+    if engine == "local":
+        from piserini_ray.local_run import run_local
+
+        return run_local(config, run_dir, concurrency, log=_log)
+    from piserini_ray.runtime import run_on_ray
+
+    return run_on_ray([(config, run_dir)], _log)[0]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
+    from piserini_ray.runtime import run_on_ray
+    from piserini_ray.sweep import expand_sweep
+
+    runs = expand_sweep(args.config, args.runs_root)
+    _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
+    for summary in run_on_ray(list(runs), _log):
+        _print_summary(summary)
     return 0
 
 
@@ -132,7 +149,8 @@ def _print_summary(summary: object) -> None:
         f"(cached ratio {100 * data['cached_token_ratio']:.1f} %), median per query "
         f"{data['tokens_median_per_query']:,.0f}"
     )
-    print(f"accuracy ({data['judge']}): {100 * data['exact_match_accuracy']:.1f} %")
+    cost = "not priced" if data["cost_usd"] is None else f"${data['cost_usd']:,.4f}"
+    print(f"accuracy ({data['judge']}): {100 * data['exact_match_accuracy']:.1f} %; cost {cost}")
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -224,6 +242,16 @@ def cmd_offline_provider(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray: searcher replicas on a Ray cluster (default); local: this process only",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="queries at once (local engine)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="piserini-ray", description="Distributed batch evaluation of agentic search."
@@ -255,12 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_read)
     p = add("run", "The main job: the agent over the configured slice (default: the sample).")
     p.add_argument("--run-dir", type=Path, help="default: runs/<benchmark>-<model>-<hash>")
-    p.add_argument("--concurrency", type=int, default=4, help="queries at once")
+    _engine_arguments(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("resume", help="Continue a run from its manifest.")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--concurrency", type=int, default=4)
+    _engine_arguments(p)
     p.set_defaults(func=cmd_resume)
+    p = sub.add_parser("sweep", help="Expand a sweep file into runs and execute them together.")
+    p.add_argument(
+        "config", type=Path, help="a sweep file (see configs/sweep_models_timeouts.yaml)"
+    )
+    p.add_argument("--runs-root", type=Path, default=Path("runs"))
+    p.set_defaults(func=cmd_sweep)
     p = add("ask", "Run one query in this process and print its trajectory as it happens.")
     p.add_argument("question", nargs="?", help="a question (or use --query-id)")
     p.add_argument("--query-id", help="a query of the benchmark")

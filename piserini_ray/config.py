@@ -146,6 +146,23 @@ class SliceConfig(StrictModel):
 OFFLINE_PREFIX = "offline/"
 
 
+class RateLimitConfig(StrictModel):
+    """Cluster-wide admission control for one model (see `piserini_ray/llm/limiter.py`)."""
+
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+    #: Requests in flight at once: starts at `initial_concurrency`, halves on a 429 (never below
+    #: `min_concurrency`) and grows by one after each `clean_period` seconds without one.
+    initial_concurrency: int = Field(16, ge=1)
+    min_concurrency: int = Field(1, ge=1)
+    max_concurrency: int = Field(256, ge=1)
+    decrease_factor: float = Field(0.5, gt=0, lt=1)
+    clean_period: float = Field(10.0, gt=0)
+    #: Seconds of the quota window; a margin is added so arrival jitter cannot overfill it.
+    window_seconds: float = Field(60.0, gt=0)
+    window_margin: float = Field(1.0, ge=0)
+
+
 class ModelConfig(StrictModel):
     """One model behind litellm. Key *names* live here; key values only in the environment."""
 
@@ -164,6 +181,7 @@ class ModelConfig(StrictModel):
     call_timeout: float = Field(180.0, gt=0)
     #: Extra keyword arguments passed to litellm as they are (e.g. provider-specific options).
     extra: dict[str, Any] = Field(default_factory=dict)
+    rate_limit: RateLimitConfig = RateLimitConfig()
 
     @property
     def is_offline(self) -> bool:
@@ -209,6 +227,29 @@ class AgentConfig(StrictModel):
     max_iterations: int = Field(100, ge=1)
 
 
+class RuntimeConfig(StrictModel):
+    """Where and how wide a run executes. Not part of a run's identity: a run started on a
+    laptop can be resumed on a cluster."""
+
+    #: None: start a local Ray sized by `num_cpus`; "auto" (or an address): attach to a cluster.
+    address: str | None = None
+    num_cpus: int | None = Field(None, ge=1)  # local Ray only; default: this machine's cores
+    object_store_mb: int = Field(256, ge=64)
+    dashboard: bool = False
+    replicas: int = Field(1, ge=1)
+    cpus_per_replica: float = Field(1.0, gt=0)
+    #: Agent loops one replica runs at once (they mostly wait on the model).
+    max_concurrency: int = Field(8, ge=1)
+    max_restarts: int = Field(3, ge=0)
+    placement: Literal["spread", "pack"] = "spread"
+    #: Attempts of a query lost to dead actors or nodes before it is recorded as failed.
+    max_infrastructure_attempts: int = Field(3, ge=1)
+
+
+#: Config paths that do not change what a run computes, left out of its hash.
+_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"))
+
+
 class RunConfig(StrictModel):
     """The whole configuration of a run."""
 
@@ -221,10 +262,17 @@ class RunConfig(StrictModel):
     agent: AgentConfig = AgentConfig()
     #: The loopback provider started for offline models (latency, quotas, faults, seed).
     offline: OfflineConfig = OfflineConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
 
     def config_hash(self) -> str:
         """A short hash of everything that shapes a run's results (the run's identity)."""
-        canonical = orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+        data = self.model_dump(mode="json")
+        for path in _NOT_IDENTITY:
+            node = data
+            for key in path[:-1]:
+                node = node[key]
+            node.pop(path[-1], None)
+        canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()[:16]
 
 

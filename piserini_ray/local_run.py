@@ -38,6 +38,8 @@ class RunSummary(BaseModel):
     tokens_total: dict[str, int]
     tokens_median_per_query: float
     cached_token_ratio: float
+    #: USD from the pricing table; None when the model is not in it.
+    cost_usd: float | None
     #: Exact-match rule of the offline judge (normalised / numeric / contained), not an LLM
     #: judge: a quick signal until the judge and reducers run.
     exact_match_accuracy: float
@@ -118,11 +120,12 @@ async def _run_all(
     return total
 
 
-def summarize(
-    records: list[QueryRecord], benchmark: Benchmark, store: RunStore, ran: int, model: str
-) -> RunSummary:
+def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
+    from piserini_ray.metrics.cost import load_pricing
     from piserini_ray.offline.judge_policy import answers_match
 
+    benchmark = load_benchmark(config.benchmark)
+    price = load_pricing().price(config.model.name)
     n = max(1, len(records))
     tools: Counter[str] = Counter()
     for record in records:
@@ -138,9 +141,9 @@ def summarize(
         if record.exact_answer and any(answers_match(record.exact_answer, g) for g in golds):
             correct += 1
     return RunSummary(
-        run_dir=str(store.run_dir),
-        config_hash=store.config_hash,
-        model=model,
+        run_dir=str(run_dir),
+        config_hash=config.config_hash(),
+        model=config.model.name,
         queries=len(records),
         ran_now=ran,
         statuses=dict(Counter(r.status for r in records)),
@@ -150,6 +153,7 @@ def summarize(
         tokens_median_per_query=statistics.median(per_query),
         cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
         exact_match_accuracy=round(correct / n, 4),
+        cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
     )
 
 
@@ -179,4 +183,4 @@ def run_local(
                 )
         wanted = {q.query_id for q in queries}
         records = [r for r in store.records() if r.query_id in wanted]
-        return summarize(records, benchmark, store, ran, config.model.name)
+    return summarize(records, config, run_dir, ran)

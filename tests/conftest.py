@@ -4,6 +4,7 @@ one searcher replica per test process, and a small edge-case corpus."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import orjson
@@ -12,6 +13,13 @@ import pytest
 from piserini_ray.config import BenchmarkConfig
 from piserini_ray.data import Benchmark, load_benchmark
 from piserini_ray.data.loaders import jsonl_corpus
+
+# Ray in tests: no telemetry, loopback only, no token auth, and its files in a private folder
+# (subprocesses inherit these). Never `ray stop`: it would kill every Ray on the machine.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="piserini-ray-tests-"))
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"

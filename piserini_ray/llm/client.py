@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import litellm
+import orjson
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify, retrying
@@ -132,6 +133,8 @@ class LLMClient:
         if response_format is not None:
             params["response_format"] = response_format
         tracker = waits or _CountingTracker()
+        # Quotas count tokens before the provider does: ~4 characters a token is close enough.
+        estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
         model_seconds = waited = 0.0
         failures: list[str] = []
         attempts = 0

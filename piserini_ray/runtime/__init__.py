@@ -1,0 +1,33 @@
+"""The Ray runtime: searcher replicas, cluster-wide limiters and the driver-side scheduler.
+
+Nothing below this package imports Ray; everything here is a thin shell around the plain
+modules (tools, agent, llm, store), so those stay testable without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from piserini_ray.config import RunConfig
+from piserini_ray.local_run import RunSummary, default_run_dir, summarize
+
+
+def run_on_ray(
+    configs: list[tuple[RunConfig, Path | None]], log: Callable[[str], None]
+) -> list[RunSummary]:
+    """Run (or resume) one or more runs concurrently on one Ray cluster; one summary each."""
+    from piserini_ray.runtime.scheduler import RunPlan, run_plans
+
+    plans = [RunPlan(config, run_dir or default_run_dir(config)) for config, run_dir in configs]
+    before = {str(p.run_dir): len(_existing(p.run_dir)) for p in plans}
+    results = run_plans(plans, log)
+    return [
+        summarize(records, plan.config, plan.run_dir, len(records) - before[str(plan.run_dir)])
+        for plan, records in zip(plans, results, strict=True)
+    ]
+
+
+def _existing(run_dir: Path) -> list[bytes]:
+    path = Path(run_dir) / "records.jsonl"
+    return path.read_bytes().splitlines() if path.exists() else []

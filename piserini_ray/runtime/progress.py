@@ -1,0 +1,63 @@
+"""A live progress line: done / running / waiting on the limiter / failed / timeouts, tokens and
+cost so far. Redrawn in place on a terminal, printed every few seconds otherwise (logs, CI)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from typing import TextIO
+
+from piserini_ray.llm.usage import Usage
+
+
+class Progress:
+    def __init__(self, total: int, stream: TextIO = sys.stderr, every: float = 5.0) -> None:
+        self.total = total
+        self.stream = stream
+        self.live = stream.isatty()
+        self.every = every
+        self.statuses: Counter[str] = Counter()
+        self.usage = Usage()
+        self.cost = 0.0
+        self.cost_known = True
+        self.running = 0
+        self.waiting = 0
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def record(self, status: str, usage: Usage, cost: float | None) -> None:
+        self.statuses[status] += 1
+        self.usage = self.usage + usage
+        if cost is None:
+            self.cost_known = False
+        else:
+            self.cost += cost
+
+    def line(self) -> str:
+        done = sum(self.statuses.values())
+        width = 24
+        filled = int(width * done / max(1, self.total))
+        cost = f"${self.cost:,.2f}" if self.cost_known else f"${self.cost:,.2f}+ (some unpriced)"
+        return (
+            f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} done | "
+            f"running {self.running} | waiting on limiter {self.waiting} | "
+            f"failed {self.statuses['failed']} | timeouts {self.statuses['timeout']} | "
+            f"tokens {self.usage.input_tokens + self.usage.output_tokens:,} | cost {cost} | "
+            f"{time.monotonic() - self.started:,.0f} s"
+        )
+
+    def show(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.live:
+            self.stream.write("\r" + self.line() + "\x1b[K")
+            self.stream.flush()
+        elif force or now - self._last >= self.every:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def close(self) -> None:
+        self.show(force=True)
+        if self.live:
+            self.stream.write("\n")

@@ -1,0 +1,34 @@
+"""Starting or joining Ray, sized explicitly (2-core machines and shared clusters alike)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from piserini_ray.config import RuntimeConfig
+
+
+def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: None) -> None:
+    """Join the cluster at `runtime.address`, or start a local instance with explicit CPUs, a
+    capped object store and no dashboard unless asked. Idempotent."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = runtime.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        log(f"joined the Ray cluster at {address}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
+        return
+    # A local instance: no telemetry, bound to loopback, no token auth to set up.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    num_cpus = runtime.num_cpus or os.cpu_count() or 1
+    ray.init(
+        num_cpus=num_cpus,
+        object_store_memory=runtime.object_store_mb * 2**20,
+        include_dashboard=runtime.dashboard,
+        log_to_driver=True,
+    )
+    log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")

@@ -1,0 +1,262 @@
+"""The driver: fan a run's queries (or a sweep's runs) out to searcher replicas on Ray.
+
+- **Backpressure**: at most `replicas x max_concurrency` queries in flight per replica group;
+  the rest wait in the driver's queue, so a 100K-query run costs no object-store memory.
+- **Recorded once**: the driver is the only writer; each finished record goes to its run store
+  as it arrives (`ray.wait`), and the store refuses a second record for a query.
+- **Infrastructure is not the query's fault**: a query whose actor or node died is re-submitted
+  (Ray restarts the actor, up to `max_restarts`) and only after `max_infrastructure_attempts`
+  is it recorded as failed. A query's own `failed` / `timeout` is its result.
+- **Ctrl-C**: in-flight queries are abandoned (nothing half-written: records are whole lines),
+  and the next run or `resume` re-runs exactly them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
+
+from piserini_ray.config import RunConfig
+from piserini_ray.data import Query, load_benchmark
+from piserini_ray.llm.usage import Usage
+from piserini_ray.metrics.cost import PricingTable, load_pricing
+from piserini_ray.runtime.limiter_actor import LimiterActor
+from piserini_ray.runtime.progress import Progress
+from piserini_ray.runtime.ray_env import start_ray
+from piserini_ray.runtime.worker import QueryJob, SearchWorker
+from piserini_ray.store import QueryRecord, RunStore, now_iso
+
+_INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
+
+
+@dataclass
+class RunPlan:
+    config: RunConfig
+    run_dir: Path
+    store: RunStore | None = None
+    todo: list[Query] = field(default_factory=list)
+    api_base: str | None = None
+
+
+@dataclass
+class _Group:
+    """Replicas that share a benchmark and retrieval settings (shared across a sweep's runs)."""
+
+    actors: list[Any]
+    capacity: int
+    load: dict[int, int] = field(default_factory=dict)
+
+
+def _group_key(config: RunConfig) -> str:
+    return orjson.dumps(
+        [config.benchmark.model_dump(mode="json"), config.retrieval.model_dump(mode="json")],
+        option=orjson.OPT_SORT_KEYS,
+    ).decode()
+
+
+@contextlib.contextmanager
+def _offline_endpoints(plans: list[RunPlan]) -> Iterator[None]:
+    """Start one loopback offline provider per distinct offline config that a run needs."""
+    from piserini_ray.offline import OfflineProvider
+
+    with contextlib.ExitStack() as stack:
+        started: dict[str, str] = {}
+        for plan in plans:
+            model = plan.config.model
+            if not (model.is_offline and model.api_base is None):
+                plan.api_base = model.api_base
+                continue
+            key = plan.config.offline.model_dump_json()
+            if key not in started:
+                provider = stack.enter_context(OfflineProvider(plan.config.offline))
+                started[key] = provider.base_url
+            plan.api_base = started[key]
+        yield
+
+
+def run_plans(
+    plans: list[RunPlan],
+    log: Callable[[str], None],
+    pricing: PricingTable | None = None,
+) -> list[list[QueryRecord]]:
+    """Run every plan to completion (or Ctrl-C); return each run's records of its slice."""
+    runtime = plans[0].config.runtime
+    pricing = pricing or load_pricing()
+    with contextlib.ExitStack() as stack:
+        for plan in plans:
+            plan.store = stack.enter_context(RunStore(plan.run_dir, plan.config, log=log))
+            benchmark = load_benchmark(plan.config.benchmark)
+            queries = benchmark.select(**plan.config.slice.model_dump())
+            done = plan.store.done()
+            plan.todo = [q for q in queries if q.query_id not in done]
+            log(
+                f"run {plan.run_dir}: {len(queries)} queries, {len(queries) - len(plan.todo)} "
+                f"already recorded, {len(plan.todo)} to run with {plan.config.model.name}"
+            )
+        if any(plan.todo for plan in plans):
+            start_ray(runtime, log)
+            stack.enter_context(_offline_endpoints(plans))
+            _execute([p for p in plans if p.todo], runtime, log, pricing)
+        results = []
+        for plan in plans:
+            assert plan.store is not None
+            wanted = {
+                q.query_id
+                for q in load_benchmark(plan.config.benchmark).select(
+                    **plan.config.slice.model_dump()
+                )
+            }
+            results.append([r for r in plan.store.records() if r.query_id in wanted])
+        return results
+
+
+def _execute(
+    plans: list[RunPlan], runtime: Any, log: Callable[[str], None], pricing: PricingTable
+) -> None:
+    # Named per job, so replicas find them by name (handles in constructor arguments would
+    # put those arguments in the object store, which breaks actor restarts).
+    prefix = f"piserini-limiter:{ray.get_runtime_context().get_job_id()}:"
+    limiters = {}
+    for plan in plans:
+        name = plan.config.model.name
+        if name not in limiters:
+            limiters[name] = LimiterActor.options(name=prefix + name).remote(
+                plan.config.model.rate_limit
+            )
+    groups: dict[str, _Group] = {}
+    for plan in plans:
+        key = _group_key(plan.config)
+        if key in groups:
+            continue
+        strategy = "SPREAD" if runtime.placement == "spread" else "DEFAULT"
+        retrieval = plan.config.retrieval.model_copy(
+            update={"index_root": plan.config.retrieval.resolved_index_root()}
+        )
+        actors = [
+            SearchWorker.options(
+                num_cpus=runtime.cpus_per_replica,
+                max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
+                max_restarts=runtime.max_restarts,
+                scheduling_strategy=strategy,
+            ).remote(plan.config.benchmark, retrieval, prefix)
+            for _ in range(runtime.replicas)
+        ]
+        groups[key] = _Group(actors, capacity=runtime.max_concurrency)
+    infos = ray.get([a.info.remote() for g in groups.values() for a in g.actors])
+    log(
+        f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} node(s), "
+        f"{runtime.max_concurrency} queries at once each"
+    )
+
+    queue: deque[tuple[RunPlan, Query]] = deque((p, q) for p in plans for q in p.todo)
+    in_flight: dict[Any, tuple[RunPlan, Query, _Group, int]] = {}
+    attempts: dict[tuple[str, str], int] = {}
+    progress = Progress(len(queue))
+
+    def submit() -> None:
+        deferred = []
+        while queue:
+            plan, query = queue.popleft()
+            group = groups[_group_key(plan.config)]
+            index = min(range(len(group.actors)), key=lambda i: group.load.get(i, 0))
+            if group.load.get(index, 0) >= group.capacity:
+                deferred.append((plan, query))
+                continue
+            assert plan.store is not None
+            job = QueryJob(
+                run_id=plan.store.run_id,
+                config_hash=plan.store.config_hash,
+                query=query,
+                spill_dir=str(plan.store.spill_dir(query.query_id)),
+                model=plan.config.model,
+                retry=plan.config.retry,
+                agent=plan.config.agent,
+                tools=plan.config.tools,
+                api_base=plan.api_base,
+            )
+            ref = group.actors[index].run.remote(job)
+            group.load[index] = group.load.get(index, 0) + 1
+            in_flight[ref] = (plan, query, group, index)
+        queue.extendleft(reversed(deferred))
+
+    def finish(plan: RunPlan, record: QueryRecord) -> None:
+        assert plan.store is not None
+        plan.store.append(record)
+        price = pricing.price(record.model)
+        progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
+
+    try:
+        submit()
+        while in_flight:
+            progress.running = len(in_flight)
+            progress.waiting = _waiting(limiters)
+            progress.show()
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                plan, query, group, index = in_flight.pop(ref)
+                group.load[index] -= 1
+                try:
+                    finish(plan, QueryRecord.model_validate(ray.get(ref)))
+                except _INFRASTRUCTURE as exc:
+                    key = (str(plan.run_dir), query.query_id)
+                    attempts[key] = attempts.get(key, 0) + 1
+                    if attempts[key] >= runtime.max_infrastructure_attempts:
+                        finish(plan, _infrastructure_failure(plan, query, exc))
+                    else:
+                        log(f"{query.query_id}: replica lost ({type(exc).__name__}); re-running it")
+                        queue.appendleft((plan, query))
+            submit()
+        progress.close()
+    except KeyboardInterrupt:
+        progress.close()
+        for ref in in_flight:
+            ray.cancel(ref)
+        log(
+            f"interrupted: {len(in_flight)} queries in flight were abandoned and "
+            f"{len(queue)} not started; run the same command (or `piserini-ray resume`) to "
+            "continue: they run again, nothing else does"
+        )
+        raise
+    finally:
+        for group in groups.values():
+            for actor in group.actors:
+                ray.kill(actor)
+        for limiter in limiters.values():
+            ray.kill(limiter)
+
+
+def _waiting(limiters: dict[str, Any]) -> int:
+    try:
+        return sum(
+            s.waiting for s in ray.get([a.stats.remote() for a in limiters.values()], timeout=2)
+        )
+    except Exception:  # progress must never stop the run
+        return 0
+
+
+def _infrastructure_failure(plan: RunPlan, query: Query, exc: BaseException) -> QueryRecord:
+    assert plan.store is not None
+    return QueryRecord(
+        run_id=plan.store.run_id,
+        config_hash=plan.store.config_hash,
+        query_id=query.query_id,
+        model=plan.config.model.name,
+        status="failed",
+        termination="infrastructure",
+        error=(
+            f"infrastructure: the query's replica was lost "
+            f"{plan.config.runtime.max_infrastructure_attempts} times "
+            f"({type(exc).__name__}: {str(exc)[:300]})"
+        ),
+        usage=Usage(),
+        started_at=now_iso(),
+        finished_at=now_iso(),
+    )

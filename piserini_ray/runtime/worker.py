@@ -1,0 +1,103 @@
+"""The searcher replica: a Ray actor with its own JVM and BM25 searcher, running many agent
+loops at once.
+
+The searcher is built inside the actor (never pickled), on the one thread that makes every JVM
+call, so blocking Lucene work stays off the event loop where the agent loops wait on the model.
+A replica serves any run that uses its benchmark and retrieval settings; everything specific to
+a run (model, budget, tools, run ids) comes with each query.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import ray
+from pydantic import BaseModel
+
+from piserini_ray.agent.loop import run_query
+from piserini_ray.config import (
+    AgentConfig,
+    BenchmarkConfig,
+    ModelConfig,
+    RetrievalConfig,
+    RetryConfig,
+    ToolsConfig,
+)
+from piserini_ray.data import Query, load_benchmark
+from piserini_ray.llm.client import LLMClient
+from piserini_ray.retrieval import BM25Searcher, build_index
+from piserini_ray.runtime.limiter_actor import RemoteLimiter
+from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
+
+
+class QueryJob(BaseModel):
+    """One query of one run, as sent to a replica."""
+
+    run_id: str
+    config_hash: str
+    query: Query
+    spill_dir: str
+    model: ModelConfig
+    retry: RetryConfig
+    agent: AgentConfig
+    tools: ToolsConfig
+    api_base: str | None = None
+
+
+@ray.remote
+class SearchWorker:
+    def __init__(
+        self, benchmark: BenchmarkConfig, retrieval: RetrievalConfig, limiter_prefix: str
+    ) -> None:
+        self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
+        self.searcher: BM25Searcher = self._jvm.submit(self._open, benchmark, retrieval).result()
+        self._limiter_prefix = limiter_prefix
+        self._clients: dict[str, LLMClient] = {}
+
+    @staticmethod
+    def _open(benchmark: BenchmarkConfig, retrieval: RetrievalConfig) -> BM25Searcher:
+        corpus = load_benchmark(benchmark).corpus
+        index = build_index(
+            corpus, retrieval.resolved_index_root(), retrieval.index_threads, retrieval.jvm_heap
+        )
+        return BM25Searcher(index, retrieval.bm25, retrieval.depth, retrieval.jvm_heap)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "documents": self.searcher.num_docs,
+        }
+
+    def _client(self, job: QueryJob) -> LLMClient:
+        key = f"{job.model.model_dump_json()}|{job.retry.model_dump_json()}|{job.api_base}"
+        if key not in self._clients:
+            handle = ray.get_actor(self._limiter_prefix + job.model.name)
+            limiter = RemoteLimiter(handle)
+            self._clients[key] = LLMClient(job.model, job.retry, job.api_base, limiter)
+        return self._clients[key]
+
+    async def _run_tool(self, session: ToolSession, name: str, arguments: str) -> ToolResult:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(
+            self._jvm, session.call, name, arguments
+        )
+
+    async def run(self, job: QueryJob) -> dict[str, Any]:
+        """Run one query to its record (as JSON-ready data)."""
+        session = ToolSession(self.searcher, job.tools, Path(job.spill_dir))
+        record = await run_query(
+            job.query,
+            session,
+            self._client(job),
+            job.agent,
+            tool_schemas(job.tools),
+            run_id=job.run_id,
+            config_hash=job.config_hash,
+            tool_runner=self._run_tool,
+        )
+        return record.model_dump(mode="json")
