@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import random
+import signal
 import socket
 import threading
 import time
@@ -732,11 +733,21 @@ def serve(
     port: int | None = None,
     policies: dict[str, Policy] | None = None,
 ) -> None:
-    """Serve until Ctrl-C, printing the base URL (port: `config.port` unless given)."""
-    with OfflineProvider(config, policies, host=host, port=port) as provider:
-        print(f"offline provider listening on {provider.base_url}", flush=True)
-        print(f"models: {', '.join(provider.models)}", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
+    """Serve until Ctrl-C or SIGTERM, printing the base URL (port: `config.port` unless given).
+
+    The handlers are installed explicitly: a process started in the background inherits an
+    ignored SIGINT, and Ctrl-C would then never arrive as KeyboardInterrupt.
+    """
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        with OfflineProvider(config, policies, host=host, port=port) as provider:
+            print(f"offline provider listening on {provider.base_url}", flush=True)
+            print(f"models: {', '.join(provider.models)}", flush=True)
+            stop.wait()
             print("offline provider stopping", flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
