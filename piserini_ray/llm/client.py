@@ -161,16 +161,17 @@ class LLMClient:
                     await self.limiter.acquire(estimated_tokens)
                 waited += time.monotonic() - started
             started = time.monotonic()
+            failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
             try:
                 response = await litellm.acompletion(messages=messages, api_key=api_key, **params)
+                failure = None
             except Exception as exc:
-                if self.limiter is not None:
-                    self.limiter.report(classify(exc))
+                failure = classify(exc)
                 raise
             finally:
                 model_seconds += time.monotonic() - started
-            if self.limiter is not None:
-                self.limiter.report(None)
+                if self.limiter is not None:  # also when cancelled: the slot must come back
+                    self.limiter.report(failure)
             return response
 
         try:

@@ -4,9 +4,10 @@
 Ray runtime wraps one instance per model in an actor that every worker on every node asks, which
 makes the limits cluster-wide.
 
-- **Quotas**: requests and tokens per window, counted over a sliding window (plus a small
-  margin) of granted requests, so a provider that counts arrivals the same way never sees more
-  than the quota, whatever the jitter between our grant and its arrival.
+- **Quotas**: requests and tokens per window. A granted request counts from its grant until one
+  window (plus a small margin) after its call *returned*: the provider saw it arrive somewhere
+  in between, so a provider counting arrivals over a sliding window never sees more than the
+  quota, however long a request took to leave the client or to come back.
 - **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 multiplies the limit
   by `decrease_factor`, each clean period without one adds one (the idea inspect_ai applies per
   process, here shared by every worker).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,10 +45,10 @@ class RateLimiter:
     def __init__(self, config: RateLimitConfig, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._now = now
-        self._window: deque[tuple[float, int]] = deque()  # (grant time, tokens)
-        self._window_tokens = 0
+        #: caller -> tokens of its call in flight; (end time, tokens) of calls that returned.
+        self._open: dict[str, int] = {}
+        self._closed: deque[tuple[float, int]] = deque()
         self.limit = float(min(config.initial_concurrency, config.max_concurrency))
-        self.in_flight = 0
         self._cooldown_until = 0.0
         self._last_decrease = now()
         self._last_increase = now()
@@ -56,41 +58,45 @@ class RateLimiter:
 
     def _expire(self, now: float) -> None:
         horizon = now - (self.config.window_seconds + self.config.window_margin)
-        while self._window and self._window[0][0] <= horizon:
-            self._window_tokens -= self._window.popleft()[1]
+        while self._closed and self._closed[0][0] <= horizon:
+            self._closed.popleft()
 
     def try_acquire(self, tokens: int = 0, caller: str = "") -> tuple[bool, float]:
         """(granted, seconds to wait before asking again). A grant takes one in-flight slot,
-        which `release` gives back."""
+        which `release(caller, ...)` gives back."""
         now = self._now()
         self._expire(now)
         self._grow(now)
         wait = 0.0
+        in_flight = len(self._open)
         if now < self._cooldown_until:
             wait = self._cooldown_until - now
-        elif self.in_flight >= math.floor(self.limit):
+        elif in_flight >= math.floor(self.limit):
             wait = 0.05  # a slot frees when a call returns; ask again soon
         else:
-            span = self.config.window_seconds + self.config.window_margin
             rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
-            over_requests = rpm is not None and len(self._window) >= rpm
-            over_tokens = tpm is not None and self._window_tokens + tokens > tpm
-            if self._window and (over_requests or over_tokens):
-                wait = self._window[0][0] + span - now
+            counted = in_flight + len(self._closed)
+            counted_tokens = sum(self._open.values()) + sum(t for _, t in self._closed)
+            over_requests = rpm is not None and counted >= rpm
+            over_tokens = tpm is not None and counted and counted_tokens + tokens > tpm
+            if over_requests or over_tokens:
+                span = self.config.window_seconds + self.config.window_margin
+                wait = self._closed[0][0] + span - now if self._closed else 0.05
         if wait > 0:
             self._waiting.add(caller)
             return False, max(wait, 0.01)
         self._waiting.discard(caller)
-        self._window.append((now, tokens))
-        self._window_tokens += tokens
-        self.in_flight += 1
+        self._open[caller] = tokens
         self.granted += 1
         return True, 0.0
 
-    def release(self, outcome: Outcome = "ok", retry_after: float | None = None) -> None:
-        """Give the slot back and learn from how the call went."""
+    def release(
+        self, caller: str = "", outcome: Outcome = "ok", retry_after: float | None = None
+    ) -> None:
+        """Give the caller's slot back and learn from how the call went."""
         now = self._now()
-        self.in_flight = max(0, self.in_flight - 1)
+        if caller in self._open:
+            self._closed.append((now, self._open.pop(caller)))
         if outcome == "rate_limit":
             self.rate_limited += 1
             self.limit = max(
@@ -111,7 +117,7 @@ class RateLimiter:
     def stats(self) -> LimiterStats:
         now = self._now()
         return LimiterStats(
-            in_flight=self.in_flight,
+            in_flight=len(self._open),
             limit=round(self.limit, 2),
             waiting=len(self._waiting),
             granted=self.granted,
@@ -136,7 +142,7 @@ class LocalLimiter:
         self.limiter = limiter
 
     async def acquire(self, estimated_tokens: int) -> None:
-        caller = str(id(asyncio.current_task()))
+        caller = caller_id()
         while True:
             granted, wait = self.limiter.try_acquire(estimated_tokens, caller)
             if granted:
@@ -144,4 +150,9 @@ class LocalLimiter:
             await asyncio.sleep(min(wait, 1.0))
 
     def report(self, failure: Failure | None) -> None:
-        self.limiter.release(*outcome_of(failure))
+        self.limiter.release(caller_id(), *outcome_of(failure))
+
+
+def caller_id() -> str:
+    """One id per asyncio task per process: a task makes one call at a time."""
+    return f"{os.getpid()}:{id(asyncio.current_task())}"

@@ -4,13 +4,12 @@ the whole cluster. The actor is owned by the driver's job and disappears with it
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import ray
 
 from piserini_ray.config import RateLimitConfig
-from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, outcome_of
+from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, caller_id, outcome_of
 from piserini_ray.llm.retry import Failure
 
 
@@ -24,8 +23,8 @@ class LimiterActor:
     def try_acquire(self, tokens: int, caller: str) -> tuple[bool, float]:
         return self.limiter.try_acquire(tokens, caller)
 
-    def release(self, outcome: Outcome, retry_after: float | None) -> None:
-        self.limiter.release(outcome, retry_after)
+    def release(self, caller: str, outcome: Outcome, retry_after: float | None) -> None:
+        self.limiter.release(caller, outcome, retry_after)
 
     def forget(self, caller: str) -> None:
         self.limiter.forget(caller)
@@ -41,7 +40,7 @@ class RemoteLimiter:
         self.handle = handle
 
     async def acquire(self, estimated_tokens: int) -> None:
-        caller = f"{os.getpid()}:{id(asyncio.current_task())}"
+        caller = caller_id()
         try:
             while True:
                 granted, wait = await self.handle.try_acquire.remote(estimated_tokens, caller)
@@ -53,4 +52,4 @@ class RemoteLimiter:
             raise
 
     def report(self, failure: Failure | None) -> None:
-        self.handle.release.remote(*outcome_of(failure))
+        self.handle.release.remote(caller_id(), *outcome_of(failure))

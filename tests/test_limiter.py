@@ -1,0 +1,65 @@
+"""The limiter's rules on a fake clock (the cluster-wide behaviour is in test_runtime.py)."""
+
+from piserini_ray.config import RateLimitConfig
+from piserini_ray.llm.limiter import RateLimiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_requests_per_window_count_until_a_window_after_return() -> None:
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(requests_per_minute=2, window_margin=0), clock)
+    assert limiter.try_acquire(0, "a") == (True, 0.0)
+    assert limiter.try_acquire(0, "b") == (True, 0.0)
+    granted, wait = limiter.try_acquire(0, "c")
+    assert not granted and wait == 0.05  # both still in flight: nothing to wait out yet
+    clock.t += 5
+    limiter.release("a")
+    limiter.release("b")
+    granted, wait = limiter.try_acquire(0, "c")
+    assert not granted and wait == 60.0  # a returned at t+5: it counts until t+65
+    assert limiter.stats().waiting == 1
+    clock.t += 60
+    assert limiter.try_acquire(0, "c")[0] and limiter.stats().waiting == 0
+
+
+def test_tokens_per_window() -> None:
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=1000, window_margin=0), clock)
+    assert limiter.try_acquire(600, "a")[0]
+    assert not limiter.try_acquire(600, "b")[0]
+    assert limiter.try_acquire(400, "c")[0]
+    limiter.release("a")
+    limiter.release("c")
+    clock.t += 60
+    assert limiter.try_acquire(600, "b")[0]
+
+
+def test_aimd_concurrency_and_cooldown() -> None:
+    clock = Clock()
+    config = RateLimitConfig(initial_concurrency=8, clean_period=10, decrease_factor=0.5)
+    limiter = RateLimiter(config, clock)
+    for i in range(8):
+        assert limiter.try_acquire(0, f"c{i}")[0]
+    assert not limiter.try_acquire(0, "c8")[0]  # the concurrency limit binds
+    limiter.release("c0", "rate_limit", retry_after=3.0)
+    assert limiter.limit == 4.0
+    granted, wait = limiter.try_acquire(0, "c8")
+    assert not granted and wait == 3.0  # everyone holds for the provider's Retry-After
+    for i in range(1, 8):
+        limiter.release(f"c{i}")
+    clock.t += 3
+    assert limiter.try_acquire(0, "c8")[0]
+    clock.t += 10
+    limiter.try_acquire(0, "c9")
+    assert limiter.limit == 5.0  # one more after a clean period
+    limiter.release("c8", "rate_limit")
+    limiter.release("c9", "rate_limit")
+    assert limiter.limit == 1.25  # halved twice, still above min_concurrency
+    assert limiter.stats().rate_limited == 3

@@ -1,0 +1,122 @@
+"""The Ray runtime on one local Ray instance shared by this module (2 CPUs, small object store).
+
+Multi-node and crash tests live in test_cluster.py: they need Ray instances of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import ray
+
+from piserini_ray.config import RunConfig, load_config
+from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
+from piserini_ray.runtime import run_on_ray
+from piserini_ray.sweep import expand_sweep
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
+    )
+    yield
+    ray.shutdown()
+
+
+def _config(index_root: Path, **overrides: object) -> RunConfig:
+    return load_config(None, {"retrieval.index_root": str(index_root), **overrides})
+
+
+def _ids(run_dir: Path) -> list[str]:
+    lines = (run_dir / "records.jsonl").read_bytes().splitlines()
+    return [orjson.loads(line)["query_id"] for line in lines]
+
+
+def test_run_records_every_query_once_and_resumes(sample_index, index_root, tmp_path) -> None:
+    logs: list[str] = []
+    config = _config(index_root, **{"slice.sample": 6, "slice.seed": 1})
+    (summary,) = run_on_ray([(config, tmp_path / "run")], logs.append)
+    assert summary.queries == 6 and summary.ran_now == 6 and summary.statuses == {"completed": 6}
+    assert sorted(_ids(tmp_path / "run")) == sorted(set(_ids(tmp_path / "run")))
+    assert any("1 searcher replica(s) ready" in m for m in logs)
+    (again,) = run_on_ray([(config, tmp_path / "run")], logs.append)
+    assert again.ran_now == 0 and again.queries == 6
+    assert len(_ids(tmp_path / "run")) == 6
+
+
+def test_sweep_two_models_two_timeouts_share_replicas(sample_index, index_root, tmp_path) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        "name: s\n"
+        f"set: {{retrieval.index_root: '{index_root}', slice.sample: 3, slice.seed: 2}}\n"
+        "grid:\n"
+        "  model.name: [offline/heuristic, offline/exact-match-judge]\n"
+        "  agent.budget_seconds: [60, 120]\n"
+    )
+    runs = expand_sweep(sweep, tmp_path / "runs")
+    assert len(runs) == 4 and len({d for _, d in runs}) == 4
+    assert len({c.config_hash() for c, _ in runs}) == 4
+    logs: list[str] = []
+    summaries = run_on_ray(list(runs), logs.append)
+    assert [s.queries for s in summaries] == [3, 3, 3, 3]
+    assert any("1 searcher replica(s) ready" in m for m in logs)  # one index, one BM25: shared
+    for (_, run_dir), summary in zip(runs, summaries, strict=True):
+        assert len(set(_ids(run_dir))) == 3 == len(_ids(run_dir)) and summary.ran_now == 3
+    assert {s.model for s in summaries} == {"offline/heuristic", "offline/exact-match-judge"}
+    assert all(s.ran_now == 0 for s in run_on_ray(list(runs), logs.append))  # resumes whole
+
+
+def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tmp_path) -> None:
+    # Time scaled down: 6 requests per 2 s window on the server, the same in the limiter.
+    server = OfflineConfig(quotas=QuotaConfig(requests_per_minute=6, window_seconds=2))
+    with OfflineProvider(server) as provider:
+        config = _config(
+            index_root,
+            **{
+                "slice.sample": 2,
+                "model.api_base": provider.base_url,
+                "model.rate_limit": {
+                    "requests_per_minute": 6,
+                    "window_seconds": 2,
+                    "window_margin": 0.3,
+                },
+            },
+        )
+        (summary,) = run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+        faults = [r.fault for r in provider.requests]
+    assert summary.statuses == {"completed": 2}
+    assert len(faults) >= 10 and "quota" not in faults  # the server never had to refuse one
+    records = [
+        orjson.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_bytes().splitlines()
+    ]
+    assert sum(r["waited_seconds"] for r in records) > 0  # the limiter held requests back
+
+
+def test_429_storm_everyone_finishes_and_waits_are_waited(
+    sample_index, index_root, tmp_path
+) -> None:
+    with OfflineProvider(OfflineConfig()) as provider:
+        provider.script(*[Scripted(kind="rate_limit", retry_after=0.3)] * 6)
+        config = _config(
+            index_root,
+            **{
+                "slice.sample": 3,
+                "model.api_base": provider.base_url,
+                "retry.backoff_base": 0.05,
+                "agent.budget_seconds": 30,
+            },
+        )
+        (summary,) = run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+        statuses = [r.status for r in provider.requests]
+    assert statuses.count(429) == 6
+    assert summary.statuses == {"completed": 3}
+    records = [
+        orjson.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_bytes().splitlines()
+    ]
+    retries = [r for rec in records for t in rec["trajectory"] for r in t["retries"]]
+    assert len(retries) == 6 and all(r.startswith("rate_limit") for r in retries)
+    assert sum(r["waited_seconds"] for r in records) >= 0.3 * 2
