@@ -17,6 +17,10 @@ def run_on_ray(
     configs: list[tuple[RunConfig, Path | None]], log: Callable[[str], None]
 ) -> list[RunSummary]:
     """Run (or resume) one or more runs concurrently on one Ray cluster; one summary each."""
+    from piserini_ray.runtime.ray_env import cluster_address, prepare_local_ray
+
+    if cluster_address(configs[0][0].runtime) is None:
+        prepare_local_ray()  # before Ray is imported
     from piserini_ray.runtime.scheduler import RunPlan, run_plans
 
     plans = [RunPlan(config, run_dir or default_run_dir(config)) for config, run_dir in configs]

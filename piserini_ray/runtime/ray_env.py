@@ -8,6 +8,18 @@ from collections.abc import Callable
 from piserini_ray.config import RuntimeConfig
 
 
+def cluster_address(runtime: RuntimeConfig) -> str | None:
+    return runtime.address or os.environ.get("RAY_ADDRESS")
+
+
+def prepare_local_ray() -> None:
+    """Settings for a local instance: no telemetry, no token auth to set up, and loopback
+    addresses only. Ray reads the last one when it is imported, so call this before."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
 def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: None) -> None:
     """Join the cluster at `runtime.address`, or start a local instance with explicit CPUs, a
     capped object store and no dashboard unless asked. Idempotent."""
@@ -15,15 +27,12 @@ def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: No
 
     if ray.is_initialized():
         return
-    address = runtime.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(runtime)
     if address:
         ray.init(address=address, log_to_driver=True)
         log(f"joined the Ray cluster at {address}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
         return
-    # A local instance: no telemetry, bound to loopback, no token auth to set up.
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    prepare_local_ray()
     num_cpus = runtime.num_cpus or os.cpu_count() or 1
     ray.init(
         num_cpus=num_cpus,
