@@ -1,0 +1,178 @@
+"""Failures the runtime must survive: a node lost mid-run, and the driver killed with SIGKILL.
+
+Each test brings its own Ray: a simulated multi-node cluster in this process, or a driver
+subprocess that starts (and, killed, leaves behind) its own local instance, which the test ends
+by process group. Never `ray stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.config import load_config
+from piserini_ray.runtime import run_on_ray
+
+
+def _records(run_dir: Path) -> list[dict]:
+    path = run_dir / "records.jsonl"
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
+
+
+def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_path: Path) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            "object_store_memory": 80 * 2**20,
+        },
+    )
+    workers = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(2)]
+    cluster.wait_for_nodes()
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        run_dir = tmp_path / "run"
+        config = load_config(
+            None,
+            {
+                "retrieval.index_root": str(index_root),
+                "slice.sample": 10,
+                "slice.seed": 7,
+                "offline.latency": {"kind": "fixed", "seconds": 0.15},
+                "runtime.address": cluster.address,
+                "runtime.replicas": 2,
+                "runtime.cpus_per_replica": 0.5,
+                "runtime.max_concurrency": 2,
+                "runtime.placement": "spread",
+            },
+        )
+        logs: list[str] = []
+
+        def lose_a_node() -> None:
+            deadline = time.monotonic() + 300
+            while len(_records(run_dir)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            cluster.remove_node(workers[0])
+
+        killer = threading.Thread(target=lose_a_node, daemon=True)
+        killer.start()
+        (summary,) = run_on_ray([(config, run_dir)], logs.append)
+        killer.join(timeout=60)
+        assert any("2 searcher replica(s) ready on 2 node(s)" in m for m in logs)
+        ids = [r["query_id"] for r in _records(run_dir)]
+        assert len(ids) == len(set(ids)) == 10  # every query recorded, once
+        assert summary.statuses == {"completed": 10}
+        assert any("replica lost" in m for m in logs)  # some queries had to run again
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.parametrize("engine", ["ray"])
+def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path, engine: str) -> None:
+    config = tmp_path / "slow.yaml"
+    config.write_text(
+        f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
+        "slice: {sample: 12, seed: 5}\n"
+        "offline: {latency: {kind: fixed, seconds: 0.2}}\n"
+        "runtime: {max_concurrency: 2}\n"
+    )
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "piserini_ray.cli",
+        "run",
+        "--config",
+        str(config),
+        "--run-dir",
+        str(run_dir),
+        "--engine",
+        engine,
+    ]
+    driver = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(_records(run_dir)) < 3 and time.monotonic() < deadline:
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # the Ray it started, orphaned by the kill
+    recorded = len(_records(run_dir))
+    assert 3 <= recorded < 12
+    resumed = subprocess.run(
+        [sys.executable, "-m", "piserini_ray.cli", "resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{recorded} already recorded, {12 - recorded} to run" in resumed.stderr
+    records = _records(run_dir)
+    ids = [r["query_id"] for r in records]
+    assert len(ids) == len(set(ids)) == 12
+    # The same summary a clean run gives: the offline model is deterministic.
+    clean = tmp_path / "clean"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "piserini_ray.cli",
+            "run",
+            "--config",
+            str(config),
+            "--run-dir",
+            str(clean),
+            "--engine",
+            "local",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    def key(r: dict) -> tuple:
+        return (
+            r["query_id"],
+            r["status"],
+            r["exact_answer"],
+            r["tool_call_counts"],
+            r["usage"]["output_tokens"],
+        )
+
+    assert sorted(map(key, records)) == sorted(map(key, _records(clean)))
+    summary_lines = [
+        line
+        for line in resumed.stdout.splitlines()
+        if line.startswith(("queries", "tool calls", "accuracy"))
+    ]
+    clean_lines = [
+        line
+        for line in out.stdout.splitlines()
+        if line.startswith(("queries", "tool calls", "accuracy"))
+    ]
+    assert summary_lines[1:] == clean_lines[1:]
