@@ -164,6 +164,9 @@ def run_local(
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> RunSummary:
     """Run (or resume) the configured slice; return the summary of every record in the slice."""
+    from piserini_ray.preflight import preflight
+
+    preflight(config)
     benchmark = load_benchmark(config.benchmark)
     queries = benchmark.select(**config.slice.model_dump())
     run_dir = run_dir or default_run_dir(config)

@@ -28,6 +28,7 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.cost import PricingTable, load_pricing
+from piserini_ray.preflight import preflight
 from piserini_ray.runtime.limiter_actor import LimiterActor
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import start_ray
@@ -90,6 +91,8 @@ def run_plans(
     """Run every plan to completion (or Ctrl-C); return each run's records of its slice."""
     runtime = plans[0].config.runtime
     pricing = pricing or load_pricing()
+    for plan in plans:  # every run of a sweep is checked before any starts
+        preflight(plan.config, pricing)
     with contextlib.ExitStack() as stack:
         for plan in plans:
             plan.store = stack.enter_context(RunStore(plan.run_dir, plan.config, log=log))

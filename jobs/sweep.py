@@ -1,0 +1,14 @@
+"""Ray job entry point: run a sweep (all its runs at once) on the cluster this job runs in.
+
+ray job submit --working-dir . -- python jobs/sweep.py configs/sweep_models_timeouts.yaml
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from piserini_ray.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["sweep", *sys.argv[1:]]))

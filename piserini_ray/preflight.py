@@ -1,0 +1,43 @@
+"""Checks that stop a run before any work (and any spending) when its config cannot succeed:
+an unpriced model, a missing API key variable, missing data files. Each error names the field
+and the fix."""
+
+from __future__ import annotations
+
+import os
+
+from piserini_ray.config import RunConfig
+from piserini_ray.errors import ConfigError
+from piserini_ray.metrics.cost import PricingTable, load_pricing
+
+
+def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
+    model = config.model
+    pricing = pricing or load_pricing()
+    if pricing.price(model.name) is None:
+        raise ConfigError(
+            f"model.name {model.name!r} is not in the pricing table (configs/pricing.yaml): a run "
+            "must know what it costs. Add the model with its input, output and cache_read prices "
+            "per million tokens."
+        )
+    if model.api_key_env is not None and not os.environ.get(model.api_key_env):
+        raise ConfigError(
+            f"model.api_key_env names {model.api_key_env}, which is not set in the environment: "
+            f"export {model.api_key_env}=... (the key is read from there, never from files)"
+        )
+    if model.api_key_env is None and not model.is_offline and model.api_base is None:
+        import litellm
+
+        check = litellm.validate_environment(model=model.resolved_litellm_model())
+        if not check.get("keys_in_environment", True):
+            missing = ", ".join(check.get("missing_keys") or []) or "the provider's API key"
+            raise ConfigError(
+                f"model {model.name!r} needs {missing} in the environment; export it, or name "
+                "the variable in model.api_key_env"
+            )
+    for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
+        path = getattr(config.benchmark, field)
+        if path is not None and not path.exists():
+            raise ConfigError(f"benchmark.{field}: {path} does not exist (check the path)")
+    if config.slice.ids_file is not None and not config.slice.ids_file.exists():
+        raise ConfigError(f"slice.ids_file: {config.slice.ids_file} does not exist")

@@ -1,0 +1,66 @@
+"""Config errors stop a run before any work, with the field and the fix."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from piserini_ray.config import load_config
+from piserini_ray.errors import ConfigError
+from piserini_ray.preflight import preflight
+from piserini_ray.sweep import expand_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_pass() -> None:
+    preflight(load_config(None))
+
+
+def test_unpriced_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"'mystery-model' is not in the pricing table"):
+        preflight(load_config(None, {"model.name": "mystery-model", "model.api_base": "http://x"}))
+
+
+def test_missing_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PISERINI_NO_SUCH_KEY", raising=False)
+    config = load_config(None, {"model.name": "gpt-5", "model.api_key_env": "PISERINI_NO_SUCH_KEY"})
+    with pytest.raises(ConfigError, match="export PISERINI_NO_SUCH_KEY="):
+        preflight(config)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        preflight(load_config(None, {"model.name": "gpt-5"}))
+
+
+def test_missing_data_file(tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        {
+            "benchmark.source": "jsonl",
+            "benchmark.queries": str(tmp_path / "q.jsonl"),
+            "benchmark.corpus": str(tmp_path / "c.jsonl"),
+        },
+    )
+    with pytest.raises(ConfigError, match=r"benchmark\.queries: .*q\.jsonl does not exist"):
+        preflight(config)
+
+
+def test_shipped_sweeps_and_cluster_file(tmp_path: Path) -> None:
+    runs = expand_sweep(ROOT / "configs" / "sweep_offline.yaml", tmp_path)
+    assert len(runs) == 4
+    for config, _ in runs:
+        preflight(config)
+    paper = expand_sweep(ROOT / "configs" / "sweep_models_timeouts.yaml", tmp_path)
+    assert {(c.model.name, c.agent.budget_seconds) for c, _ in paper} == {
+        ("gpt-5", 300),
+        ("gpt-5", 3600),
+        ("gpt-5.5", 300),
+        ("gpt-5.5", 3600),
+    }
+    assert all(
+        c.retrieval.bm25.k1 == 25 and c.benchmark.source == "browsecomp-plus" for c, _ in paper
+    )
+    cluster = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    assert cluster["provider"]["type"] == "aws" and "make setup" in " ".join(
+        cluster["setup_commands"]
+    )
