@@ -17,6 +17,8 @@ from piserini_ray.data.loaders import jsonl_corpus
 # Ray in tests: no telemetry, loopback only, no token auth, and its files in a private folder
 # (subprocesses inherit these). Never `ray stop`: it would kill every Ray on the machine.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# This process holds a JVM and starts Ray: Ray's crash handler must not replace the JVM's.
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="piserini-ray-tests-"))

@@ -24,14 +24,8 @@ def run_on_ray(
     from piserini_ray.runtime.scheduler import RunPlan, run_plans
 
     plans = [RunPlan(config, run_dir or default_run_dir(config)) for config, run_dir in configs]
-    before = {str(p.run_dir): len(_existing(p.run_dir)) for p in plans}
     results = run_plans(plans, log)
     return [
-        summarize(records, plan.config, plan.run_dir, len(records) - before[str(plan.run_dir)])
+        summarize(records, plan.config, plan.run_dir, plan.ran)
         for plan, records in zip(plans, results, strict=True)
     ]
-
-
-def _existing(run_dir: Path) -> list[bytes]:
-    path = Path(run_dir) / "records.jsonl"
-    return path.read_bytes().splitlines() if path.exists() else []

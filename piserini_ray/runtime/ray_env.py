@@ -12,9 +12,18 @@ def cluster_address(runtime: RuntimeConfig) -> str | None:
     return runtime.address or os.environ.get("RAY_ADDRESS")
 
 
+#: Ray's C++ failure signal handler replaces the JVM's SIGSEGV handling (which the JVM uses on
+#: purpose, for safepoints and null checks): a process with both then dies at random. Every
+#: process that may hold a JVM next to Ray gets this (Ray documents the same for Java users).
+JVM_SAFE_ENV = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}
+
+
 def prepare_local_ray() -> None:
-    """Settings for a local instance: no telemetry, no token auth to set up, and loopback
-    addresses only. Ray reads the last one when it is imported, so call this before."""
+    """Settings for a local instance: no telemetry, no token auth to set up, loopback addresses
+    only, and the JVM-safe signal setting. Ray reads these when it is imported: call this
+    before."""
+    for key, value in JVM_SAFE_ENV.items():
+        os.environ.setdefault(key, value)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -26,16 +26,22 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
+from piserini_ray.errors import PiseriniRayError
 from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.cost import PricingTable, load_pricing
 from piserini_ray.preflight import preflight
+from piserini_ray.retrieval import build_index
 from piserini_ray.runtime.limiter_actor import LimiterActor
 from piserini_ray.runtime.progress import Progress
-from piserini_ray.runtime.ray_env import start_ray
+from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 from piserini_ray.store import QueryRecord, RunStore, now_iso
 
 _INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
+
+
+class SchedulerError(PiseriniRayError):
+    """The cluster cannot run the remaining queries."""
 
 
 @dataclass
@@ -45,6 +51,7 @@ class RunPlan:
     store: RunStore | None = None
     todo: list[Query] = field(default_factory=list)
     api_base: str | None = None
+    ran: int = 0  # records written by this execution
 
 
 @dataclass
@@ -54,6 +61,22 @@ class _Group:
     actors: list[Any]
     capacity: int
     load: dict[int, int] = field(default_factory=dict)
+    #: Replicas being restarted by Ray: a readiness probe each; no new work until it answers.
+    restarting: dict[int, Any] = field(default_factory=dict)
+    dead: set[int] = field(default_factory=set)
+
+    def available(self) -> list[int]:
+        return [
+            i
+            for i in range(len(self.actors))
+            if i not in self.restarting
+            and i not in self.dead
+            and self.load.get(i, 0) < self.capacity
+        ]
+
+    def lost(self, index: int) -> None:
+        if index not in self.restarting and index not in self.dead:
+            self.restarting[index] = self.actors[index].info.remote()
 
 
 def _group_key(config: RunConfig) -> str:
@@ -143,12 +166,22 @@ def _execute(
         retrieval = plan.config.retrieval.model_copy(
             update={"index_root": plan.config.retrieval.resolved_index_root()}
         )
+        # Build (or find) the index here first, with visible progress; replicas on this node
+        # then open it at once, and nodes elsewhere build their own under the same lock.
+        build_index(
+            load_benchmark(plan.config.benchmark).corpus,
+            retrieval.resolved_index_root(),
+            retrieval.index_threads,
+            retrieval.jvm_heap,
+            log=log,
+        )
         actors = [
             SearchWorker.options(
                 num_cpus=runtime.cpus_per_replica,
                 max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
+                runtime_env={"env_vars": JVM_SAFE_ENV},
             ).remote(plan.config.benchmark, retrieval, prefix)
             for _ in range(runtime.replicas)
         ]
@@ -169,10 +202,11 @@ def _execute(
         while queue:
             plan, query = queue.popleft()
             group = groups[_group_key(plan.config)]
-            index = min(range(len(group.actors)), key=lambda i: group.load.get(i, 0))
-            if group.load.get(index, 0) >= group.capacity:
+            free = group.available()
+            if not free:
                 deferred.append((plan, query))
                 continue
+            index = min(free, key=lambda i: group.load.get(i, 0))
             assert plan.store is not None
             job = QueryJob(
                 run_id=plan.store.run_id,
@@ -193,22 +227,40 @@ def _execute(
     def finish(plan: RunPlan, record: QueryRecord) -> None:
         assert plan.store is not None
         plan.store.append(record)
+        plan.ran += 1
         price = pricing.price(record.model)
         progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
 
     try:
         submit()
-        while in_flight:
+        while in_flight or queue:
             progress.running = len(in_flight)
             progress.waiting = _waiting(limiters)
             progress.show()
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            probes = {ref: (g, i) for g in groups.values() for i, ref in g.restarting.items()}
+            if not in_flight and not probes:
+                raise SchedulerError(
+                    f"every searcher replica died; {len(queue)} queries were not run. Their "
+                    "records are missing, nothing else is lost: fix the cluster and resume."
+                )
+            ready, _ = ray.wait([*in_flight, *probes], num_returns=1, timeout=1.0)
             for ref in ready:
+                if ref in probes:
+                    group, index = probes[ref]
+                    del group.restarting[index]
+                    try:
+                        ray.get(ref)
+                        log(f"replica {index} is back")
+                    except _INFRASTRUCTURE:
+                        group.dead.add(index)
+                        log(f"replica {index} is gone for good (restarts exhausted)")
+                    continue
                 plan, query, group, index = in_flight.pop(ref)
                 group.load[index] -= 1
                 try:
                     finish(plan, QueryRecord.model_validate(ray.get(ref)))
                 except _INFRASTRUCTURE as exc:
+                    group.lost(index)
                     key = (str(plan.run_dir), query.query_id)
                     attempts[key] = attempts.get(key, 0) + 1
                     if attempts[key] >= runtime.max_infrastructure_attempts:
