@@ -6,10 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.data import Benchmark, load_benchmark
 from piserini_ray.errors import ConfigError, PiseriniRayError
+
+if TYPE_CHECKING:
+    from piserini_ray.retrieval import BM25Searcher
 
 
 def _log(message: str) -> None:
@@ -29,32 +33,17 @@ def _config(args: argparse.Namespace) -> RunConfig:
     return load_config(args.config, overrides)
 
 
-def _index(cfg: RunConfig, benchmark: Benchmark) -> Path:
-    from piserini_ray.retrieval import build_index
+def _searcher(cfg: RunConfig, benchmark: Benchmark) -> BM25Searcher:
+    from piserini_ray.retrieval import ensure_index, open_searcher
 
-    return build_index(
-        benchmark.corpus,
-        cfg.retrieval.resolved_index_root(),
-        threads=cfg.retrieval.index_threads,
-        heap=cfg.retrieval.jvm_heap,
-        log=_log,
-    )
-
-
-def _searcher(cfg: RunConfig, benchmark: Benchmark):  # -> BM25Searcher (lazy import: JVM)
-    from piserini_ray.retrieval import BM25Searcher
-
-    return BM25Searcher(
-        _index(cfg, benchmark), cfg.retrieval.bm25, cfg.retrieval.depth, cfg.retrieval.jvm_heap
-    )
+    return open_searcher(ensure_index(benchmark.corpus, cfg.retrieval, _log), cfg.retrieval)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    benchmark = load_benchmark(cfg.benchmark)
-    from piserini_ray.retrieval import read_index_info
+    from piserini_ray.retrieval import ensure_index, read_index_info
 
-    path = _index(cfg, benchmark)
+    cfg = _config(args)
+    path = ensure_index(load_benchmark(cfg.benchmark).corpus, cfg.retrieval, _log)
     info = read_index_info(path)
     print(f"{path}\n{info.num_docs} documents, corpus {info.corpus}, built {info.built_at}")
     return 0
@@ -160,7 +149,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from piserini_ray.agent.loop import run_query
     from piserini_ray.data import Query
     from piserini_ray.llm.client import LLMClient
-    from piserini_ray.local_run import model_endpoint, open_searcher
+    from piserini_ray.local_run import model_endpoint
     from piserini_ray.tools import ToolSession, tool_schemas
 
     cfg = _manifest_config(args.run_dir) if args.run_dir else _config(args)
@@ -201,7 +190,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         elif kind == "steer":
             print(f"--- steer: submit now (at {data['charged']:.1f} s charged)\n")
 
-    searcher = open_searcher(cfg, benchmark, _log)
+    searcher = _searcher(cfg, benchmark)
     with model_endpoint(cfg) as api_base:
         client = LLMClient(cfg.model, cfg.retry, api_base=api_base)
         session = ToolSession(searcher, cfg.tools, args.spill_dir)

@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import RunConfig
-from piserini_ray.data import Benchmark, Query, load_benchmark
+from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.retrieval import BM25Searcher, build_index
+from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
 from piserini_ray.store import QueryRecord, RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
@@ -62,21 +62,6 @@ def model_endpoint(config: RunConfig) -> Iterator[str | None]:
             yield provider.base_url
     else:
         yield config.model.api_base
-
-
-def open_searcher(
-    config: RunConfig, benchmark: Benchmark, log: Callable[[str], None]
-) -> BM25Searcher:
-    index = build_index(
-        benchmark.corpus,
-        config.retrieval.resolved_index_root(),
-        threads=config.retrieval.index_threads,
-        heap=config.retrieval.jvm_heap,
-        log=log,
-    )
-    return BM25Searcher(
-        index, config.retrieval.bm25, config.retrieval.depth, config.retrieval.jvm_heap
-    )
 
 
 async def _run_all(
@@ -179,7 +164,9 @@ def run_local(
         )
         ran = 0
         if todo:
-            searcher = open_searcher(config, benchmark, log)
+            searcher = open_searcher(
+                ensure_index(benchmark.corpus, config.retrieval, log), config.retrieval
+            )
             with model_endpoint(config) as api_base:
                 ran = asyncio.run(
                     _run_all(config, todo, store, searcher, api_base, concurrency, log)

@@ -172,11 +172,6 @@ async def run_query(
 
     parsed = parse_final_answer(state.final, lambda d: session.backend.ordinal(d) is not None)
     counts = Counter(c.name for t in state.turns for c in t.tool_calls)
-    (
-        sum((t.usage for t in state.turns), start=type(state.turns[0].usage)())
-        if state.turns
-        else None
-    )
     behavior = dict.fromkeys(list(session.opened) + parsed.cited)
     return QueryRecord(
         run_id=run_id,

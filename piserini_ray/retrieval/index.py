@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
+from piserini_ray.config import RetrievalConfig
 from piserini_ray.data.benchmark import Corpus
 from piserini_ray.errors import IndexBuildError
 from piserini_ray.retrieval.docstore import DocstoreWriter
@@ -111,6 +112,15 @@ def build_index(
             raise
         log(f"indexed {num_docs} documents in {info.build_seconds:.1f} s")
         return final
+
+
+def ensure_index(
+    corpus: Corpus, retrieval: RetrievalConfig, log: Callable[[str], None] = lambda _m: None
+) -> Path:
+    """`build_index` with a run's retrieval settings (root, threads, heap)."""
+    return build_index(
+        corpus, retrieval.resolved_index_root(), retrieval.index_threads, retrieval.jvm_heap, log
+    )
 
 
 def read_index_info(path: Path) -> IndexInfo:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from piserini_ray.config import BM25Params
+from piserini_ray.config import BM25Params, RetrievalConfig
 from piserini_ray.retrieval.docstore import Docstore
 from piserini_ray.retrieval.index import read_index_info
 from piserini_ray.retrieval.jvm import autoclass, boot_jvm, import_lucene_searcher
@@ -138,6 +138,11 @@ class BM25Searcher:
 
     def close(self) -> None:
         self._simple.close()
+
+
+def open_searcher(index_dir: Path, retrieval: RetrievalConfig) -> BM25Searcher:
+    """A searcher with a run's BM25 parameters, depth and JVM heap."""
+    return BM25Searcher(index_dir, retrieval.bm25, retrieval.depth, retrieval.jvm_heap)
 
 
 def _hits_to_string_handle() -> Any:

@@ -30,7 +30,7 @@ from piserini_ray.errors import PiseriniRayError
 from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.cost import PricingTable, load_pricing
 from piserini_ray.preflight import preflight
-from piserini_ray.retrieval import build_index
+from piserini_ray.retrieval import ensure_index
 from piserini_ray.runtime.limiter_actor import LimiterActor
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
@@ -168,13 +168,7 @@ def _execute(
         )
         # Build (or find) the index here first, with visible progress; replicas on this node
         # then open it at once, and nodes elsewhere build their own under the same lock.
-        build_index(
-            load_benchmark(plan.config.benchmark).corpus,
-            retrieval.resolved_index_root(),
-            retrieval.index_threads,
-            retrieval.jvm_heap,
-            log=log,
-        )
+        ensure_index(load_benchmark(plan.config.benchmark).corpus, retrieval, log)
         actors = [
             SearchWorker.options(
                 num_cpus=runtime.cpus_per_replica,

@@ -28,7 +28,7 @@ from piserini_ray.config import (
 )
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.retrieval import BM25Searcher, build_index
+from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 
@@ -59,11 +59,7 @@ class SearchWorker:
 
     @staticmethod
     def _open(benchmark: BenchmarkConfig, retrieval: RetrievalConfig) -> BM25Searcher:
-        corpus = load_benchmark(benchmark).corpus
-        index = build_index(
-            corpus, retrieval.resolved_index_root(), retrieval.index_threads, retrieval.jvm_heap
-        )
-        return BM25Searcher(index, retrieval.bm25, retrieval.depth, retrieval.jvm_heap)
+        return open_searcher(ensure_index(load_benchmark(benchmark).corpus, retrieval), retrieval)
 
     def info(self) -> dict[str, Any]:
         return {
