@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -298,8 +300,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C and SIGTERM (what cluster schedulers send) both stop a run cleanly. Installed
+    # explicitly: a process started in the background inherits an ignored SIGINT.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
     except PiseriniRayError as e:

@@ -153,3 +153,46 @@ def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
 
     assert sorted(map(key, records)) == sorted(map(key, _records(clean)))
     assert _summary_lines(resumed.stdout) == _summary_lines(out.stdout) != []
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: Path) -> None:
+    config = tmp_path / "slow.yaml"
+    config.write_text(
+        f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
+        "slice: {sample: 8, seed: 4}\n"
+        "offline: {latency: {kind: fixed, seconds: 0.2}}\n"
+        "runtime: {max_concurrency: 2}\n"
+    )
+    run_dir = tmp_path / "run"
+    driver = subprocess.Popen(
+        _cli("run", "--config", str(config), "--run-dir", str(run_dir)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(_records(run_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGINT)
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 130, stderr[-2000:]
+    assert "interrupted:" in stderr and "they run again, nothing else does" in stderr
+    raw = (run_dir / "records.jsonl").read_bytes()
+    assert raw.endswith(b"\n")  # nothing half-written
+    recorded = len(raw.splitlines())
+    resumed = subprocess.run(
+        _cli("resume", str(run_dir)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"{recorded} already recorded, {8 - recorded} to run" in resumed.stderr
+    ids = [r["query_id"] for r in _records(run_dir)]
+    assert len(ids) == len(set(ids)) == 8
