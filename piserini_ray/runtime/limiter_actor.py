@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import RateLimitConfig
 from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, caller_id, outcome_of
@@ -34,22 +36,46 @@ class LimiterActor:
 
 
 class RemoteLimiter:
-    """The LLM client's `Limiter` over a `LimiterActor` handle."""
+    """The LLM client's `Limiter` over a `LimiterActor` handle.
+
+    The limiter lives on the driver's node and is restarted by Ray if its process dies (it then
+    starts afresh). While it restarts, callers wait; if it is gone for good, calls go ahead
+    unlimited (the provider's own 429s still slow them down) rather than fail queries.
+    """
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
+        self.gone = False
 
     async def acquire(self, estimated_tokens: int) -> None:
         caller = caller_id()
         try:
-            while True:
-                granted, wait = await self.handle.try_acquire.remote(estimated_tokens, caller)
+            while not self.gone:
+                try:
+                    granted, wait = await self.handle.try_acquire.remote(estimated_tokens, caller)
+                except ActorUnavailableError:
+                    granted, wait = False, 0.5  # restarting: ask again
+                except (ActorDiedError, RayActorError):
+                    self.gone = True
+                    return
                 if granted:
                     return
                 await asyncio.sleep(min(wait, 1.0))
         except asyncio.CancelledError:
-            self.handle.forget.remote(caller)
+            if not self.gone:
+                self.handle.forget.remote(caller)
             raise
 
     def report(self, failure: Failure | None) -> None:
-        self.handle.release.remote(caller_id(), *outcome_of(failure))
+        if not self.gone:
+            self.handle.release.remote(caller_id(), *outcome_of(failure))
+
+
+def start_limiter(name: str, config: RateLimitConfig) -> Any:
+    """A limiter actor pinned to this (the driver's) node, restarted by Ray if it dies."""
+    node = ray.get_runtime_context().get_node_id()
+    return LimiterActor.options(
+        name=name,
+        max_restarts=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+    ).remote(config)

@@ -22,7 +22,13 @@ from typing import Any
 
 import orjson
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    RayActorError,
+    RayTaskError,
+    WorkerCrashedError,
+)
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
@@ -31,7 +37,7 @@ from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.cost import PricingTable, load_pricing
 from piserini_ray.preflight import preflight
 from piserini_ray.retrieval import ensure_index
-from piserini_ray.runtime.limiter_actor import LimiterActor
+from piserini_ray.runtime.limiter_actor import start_limiter
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
@@ -154,9 +160,7 @@ def _execute(
     for plan in plans:
         name = plan.config.model.name
         if name not in limiters:
-            limiters[name] = LimiterActor.options(name=prefix + name).remote(
-                plan.config.model.rate_limit
-            )
+            limiters[name] = start_limiter(prefix + name, plan.config.model.rate_limit)
     groups: dict[str, _Group] = {}
     for plan in plans:
         key = _group_key(plan.config)
@@ -225,6 +229,15 @@ def _execute(
         price = pricing.price(record.model)
         progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
 
+    def retry_or_fail(plan: RunPlan, query: Query, exc: BaseException, what: str) -> None:
+        key = (str(plan.run_dir), query.query_id)
+        attempts[key] = attempts.get(key, 0) + 1
+        if attempts[key] >= runtime.max_infrastructure_attempts:
+            finish(plan, _infrastructure_failure(plan, query, exc))
+        else:
+            log(f"{query.query_id}: {what} ({type(exc).__name__}); re-running it")
+            queue.appendleft((plan, query))
+
     try:
         submit()
         while in_flight or queue:
@@ -255,13 +268,9 @@ def _execute(
                     finish(plan, QueryRecord.model_validate(ray.get(ref)))
                 except _INFRASTRUCTURE as exc:
                     group.lost(index)
-                    key = (str(plan.run_dir), query.query_id)
-                    attempts[key] = attempts.get(key, 0) + 1
-                    if attempts[key] >= runtime.max_infrastructure_attempts:
-                        finish(plan, _infrastructure_failure(plan, query, exc))
-                    else:
-                        log(f"{query.query_id}: replica lost ({type(exc).__name__}); re-running it")
-                        queue.appendleft((plan, query))
+                    retry_or_fail(plan, query, exc, "replica lost")
+                except RayTaskError as exc:  # the replica raised outside the agent loop
+                    retry_or_fail(plan, query, exc, "replica error")
             submit()
         progress.close()
     except KeyboardInterrupt:
@@ -301,7 +310,7 @@ def _infrastructure_failure(plan: RunPlan, query: Query, exc: BaseException) -> 
         status="failed",
         termination="infrastructure",
         error=(
-            f"infrastructure: the query's replica was lost "
+            f"infrastructure: the query's replica failed "
             f"{plan.config.runtime.max_infrastructure_attempts} times "
             f"({type(exc).__name__}: {str(exc)[:300]})"
         ),
