@@ -3,6 +3,8 @@
 A run directory holds:
 - `manifest.json`: run id, the config and its hash, versions, start time;
 - `records.jsonl`: one line per query, appended once, flushed and fsync'd per record;
+- `rankings.jsonl`: each query's rankings (written just before its record; the last line for a
+  query wins, so a crash between the two costs nothing);
 - `spill/<query_id>/`: over-long tool outputs.
 
 Reading a run tolerates a torn last line (a crash mid-write): it is reported and cut off, and
@@ -58,6 +60,15 @@ class Turn(BaseModel):
     steered: bool = False  # the steer message was added before this turn
 
 
+class RankingLog(BaseModel):
+    """One search of a query: its text and the whole cached ranking (for depth curves, TREC
+    exports and where-the-evidence-sits analyses). Kept in `rankings.jsonl`, not in the record."""
+
+    search_id: str
+    query: str
+    docids: list[str]
+
+
 class QueryRecord(BaseModel):
     run_id: str
     config_hash: str
@@ -86,6 +97,8 @@ class QueryRecord(BaseModel):
     behavior: list[str] = Field(default_factory=list)
     started_at: str
     finished_at: str
+    #: Written to `rankings.jsonl` by the store (and empty when a record is read back).
+    rankings: list[RankingLog] = Field(default_factory=list)
 
 
 class RunManifest(BaseModel):
@@ -121,6 +134,7 @@ class RunStore:
         self.run_dir = Path(run_dir)
         self.config_hash = config.config_hash()
         self.records_path = self.run_dir / "records.jsonl"
+        self.rankings_path = self.run_dir / "rankings.jsonl"
         self.spill_root = self.run_dir / "spill"
         self._log = log or (lambda message: print(message, file=sys.stderr))
         self._lock = threading.Lock()
@@ -197,6 +211,19 @@ class RunStore:
     def records(self) -> list[QueryRecord]:
         return [QueryRecord.model_validate(r) for r in self._read_raw()]
 
+    def rankings(self) -> dict[str, list[RankingLog]]:
+        """Each recorded query's rankings (lines of queries without a record are ignored)."""
+        found: dict[str, list[RankingLog]] = {}
+        if self.rankings_path.exists():
+            for line in self.rankings_path.read_bytes().splitlines():
+                try:
+                    data = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # a torn line: its query has no record and runs again
+                found[data["query_id"]] = [RankingLog(**s) for s in data["searches"]]
+        done = self.done()
+        return {qid: logs for qid, logs in found.items() if qid in done}
+
     def done(self) -> set[str]:
         with self._lock:
             return set(self._done)
@@ -212,16 +239,15 @@ class RunStore:
         """Write one record, durably. A second record for the same query is refused."""
         if record.config_hash != self.config_hash:
             raise RunStoreError(f"record for {record.query_id} has another config hash")
-        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        data = record.model_dump(mode="json")
+        rankings = {"query_id": record.query_id, "searches": data.pop("rankings")}
         with self._lock:
             if record.query_id in self._done:
                 raise RunStoreError(
                     f"query {record.query_id} already has a record in {self.records_path}"
                 )
-            with open(self.records_path, "ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            _append_line(self.rankings_path, orjson.dumps(rankings))
+            _append_line(self.records_path, orjson.dumps(data))
             self._done.add(record.query_id)
 
     def close(self) -> None:
@@ -234,3 +260,11 @@ class RunStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _append_line(path: Path, data: bytes) -> None:
+    """Append one line and make it durable before returning."""
+    with open(path, "ab") as f:
+        f.write(data + b"\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -25,7 +25,7 @@ from piserini_ray.data.benchmark import Query
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.llm.usage import Usage
-from piserini_ray.store import QueryRecord, Status, ToolCallRecord, Turn, now_iso
+from piserini_ray.store import QueryRecord, RankingLog, Status, ToolCallRecord, Turn, now_iso
 from piserini_ray.tools.session import ToolResult, ToolSession
 
 #: Runs one tool call; Ray actors pass one that moves the blocking JVM call off the event loop.
@@ -201,4 +201,12 @@ async def run_query(
         behavior=list(behavior) if status == "completed" else list(session.opened),
         started_at=started_at,
         finished_at=now_iso(),
+        rankings=[
+            RankingLog(
+                search_id=s.search_id,
+                query=s.query,
+                docids=[session.backend.docid(int(o)) for o in s.ranking.ordinals],
+            )
+            for s in session.history
+        ],
     )

@@ -69,6 +69,8 @@ class ToolSession:
         self.config = config
         self.spill_dir = spill_dir
         self._cache: OrderedDict[str, _CachedSearch] = OrderedDict()
+        #: Every search of the session, evicted or not, for the run's rankings log.
+        self.history: list[_CachedSearch] = []
         self._searches = 0
         self._spills = 0
         self.blocked = False
@@ -117,6 +119,7 @@ class ToolSession:
         self._searches += 1
         search_id = f"s{self._searches}"
         self._cache[search_id] = _CachedSearch(search_id, query, ranking)
+        self.history.append(self._cache[search_id])
         while len(self._cache) > self.config.cache_size:
             self._cache.popitem(last=False)
         for ordinal in ranking.ordinals:
