@@ -80,7 +80,10 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the agent over the configured slice (default: the embedded sample with the
     offline heuristic model), records in a run directory, then the summary."""
-    _print_summary(_execute(_config(args), args.run_dir, args.engine, args.concurrency))
+    config = _config(args)
+    summary = _execute(config, args.run_dir, args.engine, args.concurrency)
+    _print_summary(summary)
+    _report([(config, Path(summary.run_dir))])  # type: ignore[attr-defined]
     return 0
 
 
@@ -88,7 +91,36 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
     config = _manifest_config(args.run_dir)
     _print_summary(_execute(config, args.run_dir, args.engine, args.concurrency))
+    _report([(config, args.run_dir)])
     return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    """Judge a run's answers not judged yet, then write its report."""
+    _report([(_manifest_config(d), d) for d in args.run_dirs])
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Report runs side by side from what is judged already (no model is called)."""
+    _report([(_manifest_config(d), d) for d in args.run_dirs], judge=False, out=args.out)
+    return 0
+
+
+def _report(
+    runs: list[tuple[RunConfig, Path]], judge: bool = True, out: Path | None = None
+) -> None:
+    from piserini_ray.report import judge_and_report, markdown_report
+
+    metrics = [judge_and_report(config, Path(run_dir), _log, judge) for config, run_dir in runs]
+    table = markdown_report(metrics)
+    print("\n" + table.split("\n\n## ", 1)[0])
+    for _, run_dir in runs:
+        print(f"report: {Path(run_dir) / 'report.md'}  summary: {Path(run_dir) / 'summary.json'}")
+    if out is not None or len(runs) > 1:
+        path = out or Path(runs[0][1]).parent / "report.md"
+        path.write_text(table)
+        print(f"combined report: {path}")
 
 
 def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> object:
@@ -110,6 +142,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
     for summary in run_on_ray(list(runs), _log):
         _print_summary(summary)
+    _report(list(runs))
     return 0
 
 
@@ -141,7 +174,7 @@ def _print_summary(summary: object) -> None:
         f"{data['tokens_median_per_query']:,.0f}"
     )
     cost = "not priced" if data["cost_usd"] is None else f"${data['cost_usd']:,.4f}"
-    print(f"accuracy ({data['judge']}): {100 * data['exact_match_accuracy']:.1f} %; cost {cost}")
+    print(f"cost: {cost}")
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -286,6 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runs-root", type=Path, default=Path("runs"))
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("judge", help="Judge runs' answers (resumable), then report them.")
+    p.add_argument("run_dirs", type=Path, nargs="+")
+    p.set_defaults(func=cmd_judge)
+    p = sub.add_parser("report", help="Report runs side by side from their judgements.")
+    p.add_argument("run_dirs", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, help="also write the combined report here")
+    p.set_defaults(func=cmd_report)
     p = add("ask", "Run one query in this process and print its trajectory as it happens.")
     p.add_argument("question", nargs="?", help="a question (or use --query-id)")
     p.add_argument("--query-id", help="a query of the benchmark")

@@ -246,8 +246,23 @@ class RuntimeConfig(StrictModel):
     max_infrastructure_attempts: int = Field(3, ge=1)
 
 
+DEFAULT_JUDGE = "gpt-5.3-codex"
+OFFLINE_JUDGE = "offline/exact-match-judge"
+
+
+class JudgeConfig(StrictModel):
+    """The LLM judge of SPEC §6. `model: null` picks the default: the offline exact-match
+    judge for the embedded sample, `gpt-5.3-codex` (low reasoning effort) otherwise."""
+
+    model: ModelConfig | None = None
+    #: Extra calls when a reply does not parse as a complete judgement.
+    max_parse_retries: int = Field(2, ge=0)
+    concurrency: int = Field(16, ge=1)
+    seed: int = 0  # bootstrap intervals of the report
+
+
 #: Config paths that do not change what a run computes, left out of its hash.
-_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"))
+_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"), ("judge",))
 
 
 class RunConfig(StrictModel):
@@ -263,6 +278,14 @@ class RunConfig(StrictModel):
     #: The loopback provider started for offline models (latency, quotas, faults, seed).
     offline: OfflineConfig = OfflineConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    judge: JudgeConfig = JudgeConfig()
+
+    def judge_model(self) -> ModelConfig:
+        if self.judge.model is not None:
+            return self.judge.model
+        if self.benchmark.source == "sample":
+            return ModelConfig(name=OFFLINE_JUDGE)
+        return ModelConfig(name=DEFAULT_JUDGE, reasoning_effort="low", call_timeout=180.0)
 
     def config_hash(self) -> str:
         """A short hash of everything that shapes a run's results (the run's identity)."""

@@ -8,6 +8,7 @@ every query that has a record, so an interrupted run resumes without losing or r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import statistics
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from piserini_ray.agent.loop import run_query
-from piserini_ray.config import RunConfig
+from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
@@ -40,10 +41,6 @@ class RunSummary(BaseModel):
     cached_token_ratio: float
     #: USD from the pricing table; None when the model is not in it.
     cost_usd: float | None
-    #: Exact-match rule of the offline judge (normalised / numeric / contained), not an LLM
-    #: judge: a quick signal until the judge and reducers run.
-    exact_match_accuracy: float
-    judge: str = "offline exact-match rule"
 
 
 def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
@@ -52,16 +49,20 @@ def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
 
 
 @contextmanager
-def model_endpoint(config: RunConfig) -> Iterator[str | None]:
-    """The API base for the run's model: the offline provider on loopback for an offline
-    model without an explicit `api_base` (started here, stopped on exit)."""
-    if config.model.is_offline and config.model.api_base is None:
+def endpoint_for(model: ModelConfig, config: RunConfig) -> Iterator[str | None]:
+    """The API base for a model: the offline provider on loopback for an offline model without
+    an explicit `api_base` (started here with the run's offline settings, stopped on exit)."""
+    if model.is_offline and model.api_base is None:
         from piserini_ray.offline import OfflineProvider
 
         with OfflineProvider(config.offline) as provider:
             yield provider.base_url
     else:
-        yield config.model.api_base
+        yield model.api_base
+
+
+def model_endpoint(config: RunConfig) -> contextlib.AbstractContextManager[str | None]:
+    return endpoint_for(config.model, config)
 
 
 async def _run_all(
@@ -107,9 +108,7 @@ async def _run_all(
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
     from piserini_ray.metrics.cost import load_pricing
-    from piserini_ray.offline.judge_policy import answers_match
 
-    benchmark = load_benchmark(config.benchmark)
     price = load_pricing().price(config.model.name)
     n = max(1, len(records))
     tools: Counter[str] = Counter()
@@ -119,12 +118,6 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
     for record in records:
         totals.update(record.usage.model_dump())
     per_query = [r.usage.input_tokens + r.usage.output_tokens for r in records] or [0]
-    correct = 0
-    for record in records:
-        query = benchmark.query(record.query_id)
-        golds = [query.answer, *query.aliases]
-        if record.exact_answer and any(answers_match(record.exact_answer, g) for g in golds):
-            correct += 1
     return RunSummary(
         run_dir=str(run_dir),
         config_hash=config.config_hash(),
@@ -137,7 +130,6 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
         tokens_total=dict(totals),
         tokens_median_per_query=statistics.median(per_query),
         cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
-        exact_match_accuracy=round(correct / n, 4),
         cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
     )
 

@@ -15,6 +15,7 @@ second record for it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import platform
@@ -99,6 +100,22 @@ class QueryRecord(BaseModel):
     finished_at: str
     #: Written to `rankings.jsonl` by the store (and empty when a record is read back).
     rankings: list[RankingLog] = Field(default_factory=list)
+
+
+class Judgement(BaseModel):
+    """One judge model's verdict on one query (SPEC §6), written once per (query, judge)."""
+
+    query_id: str
+    judge_model: str
+    status: Literal["judged", "judge_failed"]
+    correct: bool | None = None
+    confidence: float | None = None
+    extracted_final_answer: str | None = None
+    correct_answer: str | None = None
+    reasoning: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    usage: Usage = Usage()
 
 
 class RunManifest(BaseModel):
@@ -223,6 +240,28 @@ class RunStore:
                 found[data["query_id"]] = [RankingLog(**s) for s in data["searches"]]
         done = self.done()
         return {qid: logs for qid, logs in found.items() if qid in done}
+
+    def judgements_path(self, judge_model: str) -> Path:
+        from piserini_ray.tools.spill import safe_component
+
+        return self.run_dir / "judgements" / f"{safe_component(judge_model)}.jsonl"
+
+    def judgements(self, judge_model: str) -> dict[str, Judgement]:
+        """The judge's verdicts so far (a torn last line is skipped: that query is re-judged)."""
+        path = self.judgements_path(judge_model)
+        found: dict[str, Judgement] = {}
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    judgement = Judgement.model_validate(orjson.loads(line))
+                    found.setdefault(judgement.query_id, judgement)
+        return found
+
+    def append_judgement(self, judgement: Judgement) -> None:
+        path = self.judgements_path(judgement.judge_model)
+        path.parent.mkdir(exist_ok=True)
+        with self._lock:
+            _append_line(path, orjson.dumps(judgement.model_dump(mode="json")))
 
     def done(self) -> set[str]:
         with self._lock:

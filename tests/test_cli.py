@@ -46,7 +46,19 @@ def test_run_is_the_agent_over_the_slice_and_resumes(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "building the index of musique-sample" in out.stderr
     assert "queries: 5 (5 run now); completed: 5" in out.stdout
-    assert "accuracy (offline exact-match rule)" in out.stdout and "cached ratio" in out.stdout
+    assert (
+        "cached ratio" in out.stdout
+        and "| offline/heuristic | offline/exact-match-judge | 5 |" in out.stdout
+    )
+    assert (run_dir / "report.md").exists() and (run_dir / "summary.json").exists()
+    assert (
+        len(
+            (run_dir / "judgements" / "offline_exact-match-judge-0111b50a.jsonl")
+            .read_bytes()
+            .splitlines()
+        )
+        == 5
+    )
     records = (run_dir / "records.jsonl").read_bytes().splitlines(keepends=True)
     assert len(records) == 5
     # Simulate a crash mid-write: the last record is torn. Resuming re-runs exactly that one.

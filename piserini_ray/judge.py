@@ -1,0 +1,169 @@
+"""The LLM judge (SPEC §6): one verdict per query per judge model, through the same LLM client.
+
+Strict: a reply that is not a JSON object with `correct` (bool), `confidence` (0-100), a
+non-empty `reasoning` and a non-empty `correct_answer` is a parse error; the judge is asked
+again (`judge.max_parse_retries`), and a query that still has no verdict is `judge_failed`:
+reported as such, never scored as wrong. A query that ended without an answer (timeout, failed)
+is incorrect by rule and costs no call. Verdicts are written as they come, so judging resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from piserini_ray.config import ModelConfig, RunConfig
+from piserini_ray.data import Query
+from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
+from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.usage import Usage
+from piserini_ray.store import Judgement, QueryRecord, RunStore
+
+JUDGE_PROMPT = """\
+Decide whether the [response] below answers the [question] correctly, given the [correct_answer].
+
+[question]: {question}
+
+[response]: {response}
+
+[correct_answer]: {correct_answer}
+{accepted}
+Reply with one JSON object and nothing else, with these fields:
+"extracted_final_answer": the exact final answer taken from the response, or null if it has none;
+"correct_answer": the correct answer as given above;
+"reasoning": why the extracted answer does or does not match the correct answer. Semantic
+equivalence counts as correct; harmless differences of wording or format, added correct detail
+and small differences of numeric formatting are allowed. No extractable answer is incorrect;
+"correct": true or false;
+"confidence": your confidence in this verdict, from 0 to 100."""
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.I)
+
+
+class JudgeParseError(ValueError):
+    pass
+
+
+def judge_messages(query: Query, response: str) -> list[dict[str, Any]]:
+    accepted = f"[accepted_answers]: {' | '.join(query.aliases)}\n" if query.aliases else ""
+    prompt = JUDGE_PROMPT.format(
+        question=query.query, response=response, correct_answer=query.answer, accepted=accepted
+    )
+    return [{"role": "user", "content": prompt}]
+
+
+def parse_judgement(content: str | None) -> dict[str, Any]:
+    """The verdict fields, or `JudgeParseError` saying what is wrong."""
+    text = _FENCE.sub("", content or "").strip()
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise JudgeParseError(f"not JSON ({e}): {text[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise JudgeParseError(f"not a JSON object: {text[:200]!r}")
+    if not isinstance(data.get("correct"), bool):
+        raise JudgeParseError("`correct` is missing or not true/false")
+    confidence = data.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise JudgeParseError("`confidence` is missing or not a number")
+    for field in ("reasoning", "correct_answer"):
+        if not isinstance(data.get(field), str) or not data[field].strip():
+            raise JudgeParseError(f"`{field}` is missing or empty")
+    extracted = data.get("extracted_final_answer")
+    if extracted is not None and not isinstance(extracted, str):
+        extracted = str(extracted)
+    return {
+        "correct": data["correct"],
+        "confidence": min(100.0, max(0.0, float(confidence))),
+        "reasoning": data["reasoning"],
+        "correct_answer": data["correct_answer"],
+        "extracted_final_answer": extracted,
+    }
+
+
+async def judge_one(
+    client: LLMClient, query: Query, record: QueryRecord, max_parse_retries: int
+) -> Judgement:
+    model = client.model.name
+    if record.status != "completed" or not record.final_answer:
+        return Judgement(
+            query_id=query.query_id,
+            judge_model=model,
+            status="judged",
+            correct=False,
+            correct_answer=query.answer,
+            confidence=100.0,
+            reasoning=f"no response to judge: the query ended as {record.status}",
+        )
+    usage = Usage()
+    problems: list[str] = []
+    attempts = 0
+    for _ in range(max_parse_retries + 1):
+        attempts += 1
+        try:
+            completion = await client.complete(
+                judge_messages(query, record.final_answer),
+                response_format={"type": "json_object"},
+            )
+        except RetryError as e:
+            problems.append(str(e))
+            break  # transport failures were already retried by the client
+        usage = usage + completion.usage
+        try:
+            verdict = parse_judgement(completion.content)
+        except JudgeParseError as e:
+            problems.append(f"parse error: {e}")
+            continue
+        return Judgement(
+            query_id=query.query_id,
+            judge_model=model,
+            status="judged",
+            attempts=attempts,
+            usage=usage,
+            **verdict,
+        )
+    return Judgement(
+        query_id=query.query_id,
+        judge_model=model,
+        status="judge_failed",
+        attempts=attempts,
+        usage=usage,
+        error="; ".join(problems)[-1000:],
+    )
+
+
+async def judge_records(
+    config: RunConfig,
+    store: RunStore,
+    records: list[QueryRecord],
+    queries: dict[str, Query],
+    api_base: str | None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Judgement]:
+    """Judge every record that has no verdict from this judge yet; return all verdicts."""
+    model: ModelConfig = config.judge_model()
+    done = store.judgements(model.name)
+    todo = [r for r in records if r.query_id not in done]
+    if todo:
+        log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
+        limiter = LocalLimiter(RateLimiter(model.rate_limit))
+        client = LLMClient(
+            model, config.retry, api_base=api_base or model.api_base, limiter=limiter
+        )
+        gate = asyncio.Semaphore(config.judge.concurrency)
+
+        async def one(record: QueryRecord) -> None:
+            async with gate:
+                judgement = await judge_one(
+                    client, queries[record.query_id], record, config.judge.max_parse_retries
+                )
+            store.append_judgement(judgement)
+            done[record.query_id] = judgement
+
+        await asyncio.gather(*(one(r) for r in todo))
+    return done

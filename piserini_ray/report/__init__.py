@@ -1,0 +1,53 @@
+"""Judging, metrics and reports of finished runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from piserini_ray.config import RunConfig
+from piserini_ray.data import load_benchmark
+from piserini_ray.metrics.cost import default_pricing_path, load_pricing
+from piserini_ray.report.markdown import markdown_report
+from piserini_ray.report.metrics import RunMetrics, compute_metrics
+from piserini_ray.store import RunStore
+
+
+def judge_and_report(
+    config: RunConfig, run_dir: Path, log: Callable[[str], None], judge: bool = True
+) -> RunMetrics:
+    """Judge what is not judged yet (unless `judge` is False), then write `summary.json` and
+    `report.md` into the run directory and return the metrics."""
+    from piserini_ray.judge import judge_records
+    from piserini_ray.local_run import endpoint_for
+
+    benchmark = load_benchmark(config.benchmark)
+    wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
+    pricing_path = default_pricing_path()
+    with RunStore(run_dir, config, log=log) as store:
+        records = [r for r in store.records() if r.query_id in wanted]
+        judge_model = config.judge_model()
+        if judge:
+            with endpoint_for(judge_model, config) as api_base:
+                judgements = asyncio.run(
+                    judge_records(config, store, records, wanted, api_base, log)
+                )
+        else:
+            judgements = store.judgements(judge_model.name)
+        metrics = compute_metrics(
+            config,
+            store.run_dir,
+            benchmark,
+            records,
+            store.rankings(),
+            judgements,
+            load_pricing(pricing_path),
+            str(pricing_path),
+        )
+    (Path(run_dir) / "summary.json").write_text(metrics.model_dump_json(indent=2))
+    (Path(run_dir) / "report.md").write_text(markdown_report([metrics]))
+    return metrics
+
+
+__all__ = ["RunMetrics", "judge_and_report", "markdown_report"]

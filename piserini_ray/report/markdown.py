@@ -1,0 +1,99 @@
+"""`summary.json` and a Table-1-style `report.md` for one or more runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from piserini_ray.report.metrics import Estimate, RunMetrics
+
+#: The paper's BrowseComp-Plus results (SPEC §9), shown beside ours and labelled as such.
+PAPER_ROWS = [
+    ("gpt-5.5 (paper)", "83.1", "94.7", "73.6", "58.9", "15.7", "$291.6"),
+    ("gpt-5 (paper)", "74.6", "", "", "", "", "$94.9"),
+    ("shallow BM25 baseline (paper)", "58.3", "", "", "", "", "$400.4"),
+    ("qwen3-embed-8b baseline (paper)", "73.0", "", "", "", "", "$360.7"),
+]
+
+
+def _pct(e: Estimate | None) -> str:
+    if e is None or e.value is None:
+        return "n/a"
+    ci = f" [{100 * e.ci95[0]:.1f}, {100 * e.ci95[1]:.1f}]" if e.ci95 else ""
+    return f"{100 * e.value:.1f}{ci}"
+
+
+def _num(value: float | None, fmt: str = "{:.1f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def markdown_report(runs: Sequence[RunMetrics]) -> str:
+    lines = ["# piserini_ray report", ""]
+    lines += [
+        "| run | model | judge | queries | accuracy % [95% CI] | surfaced ev. recall % | "
+        "previewed % | behavior % | CE (piserini) | CE (browsecomp-plus) | cost |",
+        "|---|---|---|---:|---|---|---|---|---:|---:|---:|",
+    ]
+    for m in runs:
+        evidence = {name: _pct(m.recall[name]["evidence"].macro) for name in m.recall}
+        lines.append(
+            f"| {m.run_dir} | {m.model} | {m.judge} | {m.queries} | {_pct(m.accuracy)} | "
+            f"{evidence['surfaced']} | {evidence['previewed']} | {evidence['behavior']} | "
+            f"{_num(m.calibration_error['piserini'])} | "
+            f"{_num(m.calibration_error['browsecomp-plus'])} | {_num(m.cost_usd, '${:,.2f}')} |"
+        )
+    if any(m.benchmark.startswith("browsecomp-plus") for m in runs):
+        lines += [
+            "",
+            "Reference rows from the paper (BrowseComp-Plus, 830 queries, k1=25, b=1, "
+            "depth 1000, T=300 s), not measured here:",
+            "",
+            "| reference | accuracy % | surfaced ev. % | previewed % | behavior % | CE | cost |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        lines += ["| " + " | ".join(row) + " |" for row in PAPER_ROWS]
+    for m in runs:
+        lines += [
+            "",
+            f"## {m.run_dir}",
+            "",
+            f"Config {m.config_hash}, model {m.model}, judge {m.judge}, BM25 k1={m.bm25['k1']} "
+            f"b={m.bm25['b']}, budget {m.budget_seconds:g} s, {m.queries} queries: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
+            + f"; judge failures {m.judge_failed}.",
+            "",
+            f"Accuracy over completed queries: {_pct(m.accuracy_completed)} "
+            f"({m.accuracy_completed.queries} queries). Calibration error: "
+            f"piserini convention (default) {_num(m.calibration_error['piserini'])}, "
+            f"browsecomp-plus convention {_num(m.calibration_error['browsecomp-plus'])}.",
+            "",
+            "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
+            "|---|---|---|---|---|",
+        ]
+        for name, figures in m.recall.items():
+            lines.append(
+                f"| {name} | {_pct(figures['evidence'].macro)} | {_pct(figures['evidence'].micro)} "
+                f"| {_pct(figures['gold'].macro)} | {_pct(figures['gold'].micro)} |"
+            )
+        lines += [
+            "",
+            "Depth curve (surfaced recall, macro %): "
+            + ", ".join(
+                f"k={k}: {_num(None if v is None else 100 * v)}"
+                for k, v in m.depth_curve["evidence"].items()
+            )
+            + " (evidence); "
+            + ", ".join(
+                f"k={k}: {_num(None if v is None else 100 * v)}"
+                for k, v in m.depth_curve["gold"].items()
+            )
+            + " (gold).",
+            "",
+            "Tool calls per query: "
+            + ", ".join(f"{k} {v}" for k, v in m.tool_calls_per_query.items())
+            + f". Tokens: {m.tokens_total.input_tokens:,} in ({m.tokens_total.cached_tokens:,} "
+            f"cached, ratio {100 * m.cached_token_ratio:.1f} %), "
+            f"{m.tokens_total.output_tokens:,} out; median per query "
+            f"{m.tokens_median_per_query:,.0f}. Cost {_num(m.cost_usd, '${:,.4f}')} "
+            f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}.",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,114 @@
+"""Metrics of a hand-made run, and the files a report writes."""
+
+from pathlib import Path
+
+import pytest
+
+from piserini_ray.config import RunConfig, load_config
+from piserini_ray.data import Benchmark, Query
+from piserini_ray.data.benchmark import Corpus
+from piserini_ray.llm.usage import Usage
+from piserini_ray.metrics.cost import load_pricing
+from piserini_ray.report.markdown import markdown_report
+from piserini_ray.report.metrics import compute_metrics
+from piserini_ray.store import Judgement, QueryRecord, RankingLog, RunStore, now_iso
+
+
+def _bench() -> Benchmark:
+    queries = [Query(query_id=q, query=q, answer="a") for q in ("q1", "q2", "q3")]
+    evidence = {"q1": {"d1": 1, "d2": 1}, "q2": {"d3": 1}, "q3": {"d9": 1}}
+    gold = {"q1": {"d1": 1}, "q2": {}, "q3": {}}
+    return Benchmark("toy", queries, evidence, gold, Corpus("toy", (), lambda: iter(())))
+
+
+def _record(qid: str, status: str, conf: float, **sets: list[str]) -> QueryRecord:
+    return QueryRecord(
+        run_id="r",
+        config_hash="h",
+        query_id=qid,
+        model="gpt-5",
+        status=status,
+        confidence=conf,
+        usage=Usage(input_tokens=1_000_000, cached_tokens=500_000, output_tokens=1000),
+        tool_call_counts={"search": 2},
+        started_at=now_iso(),
+        finished_at=now_iso(),
+        **sets,
+    )
+
+
+def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
+    config = load_config(None, {"model.name": "gpt-5", "judge.model": {"name": "gpt-5.3-codex"}})
+    records = [
+        _record(
+            "q1",
+            "completed",
+            90,
+            surfaced=["d1", "d2", "x"],
+            previewed=["d1"],
+            opened=["d1"],
+            cited=["d1"],
+            behavior=["d1"],
+        ),
+        _record(
+            "q2", "completed", 40, surfaced=["d3"], previewed=[], opened=[], cited=[], behavior=[]
+        ),
+        _record("q3", "timeout", 100, surfaced=[], previewed=[], opened=[], cited=[], behavior=[]),
+    ]
+    judgements = {
+        "q1": Judgement(
+            query_id="q1", judge_model="gpt-5.3-codex", status="judged", correct=True, confidence=95
+        ),
+        "q2": Judgement(query_id="q2", judge_model="gpt-5.3-codex", status="judge_failed"),
+        "q3": Judgement(
+            query_id="q3",
+            judge_model="gpt-5.3-codex",
+            status="judged",
+            correct=False,
+            confidence=100,
+        ),
+    }
+    rankings = {"q1": [RankingLog(search_id="s1", query="x", docids=["x", "d2", "d1"])]}
+    m = compute_metrics(
+        config,
+        tmp_path,
+        _bench(),
+        records,
+        rankings,
+        judgements,
+        load_pricing(),
+        "configs/pricing.yaml",
+    )
+    assert m.statuses == {"completed": 2, "timeout": 1} and m.judge_failed == 1
+    assert m.accuracy.value == 0.5 and m.accuracy.queries == 2  # the judge failure is left out
+    assert m.accuracy_completed.value == 1.0 and m.accuracy_completed.queries == 1
+    # piserini: agent confidences 0.9 (right) and 1.0 (wrong): one bin, gap 0.95 - 0.5.
+    assert m.calibration_error["piserini"] == pytest.approx(45.0)
+    assert m.calibration_error["browsecomp-plus"] is None
+    surfaced = m.recall["surfaced"]
+    assert surfaced["evidence"].macro.value == pytest.approx((1 + 1 + 0) / 3)
+    assert surfaced["evidence"].micro.value == pytest.approx(3 / 4)
+    assert surfaced["gold"].macro.queries == 1  # empty gold sets are left out
+    assert m.recall["behavior"]["evidence"].macro.value == pytest.approx((0.5 + 0 + 0) / 3)
+    assert m.depth_curve["evidence"][5] == pytest.approx((1 + 0 + 0) / 3)
+    # 3 x (0.5M x 1.25 + 0.5M x 0.125 + 1000 x 10) / 1M
+    assert m.cost_usd == pytest.approx(3 * (0.625 + 0.0625 + 0.01), abs=1e-4)
+    assert m.tool_calls_per_query == {"search": 2.0, "total": 2.0}
+    text = markdown_report([m])
+    assert "| gpt-5 | gpt-5.3-codex | 3 | 50.0" in text and "(paper)" not in text
+    bcp = m.model_copy(update={"benchmark": "browsecomp-plus"})
+    assert "gpt-5.5 (paper) | 83.1" in markdown_report([bcp])
+
+
+def test_rankings_log_is_kept_beside_the_records(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        record = _record("q1", "completed", 50).model_copy(
+            update={
+                "config_hash": store.config_hash,
+                "rankings": [RankingLog(search_id="s1", query="a b", docids=["d1", "d2"])],
+            }
+        )
+        store.append(record)
+        (store.run_dir / "rankings.jsonl").open("a").write('{"query_id": "q9", "sea')  # torn
+        assert store.rankings() == {"q1": record.rankings}
+        assert store.records()[0].rankings == []  # not duplicated into records.jsonl
