@@ -107,6 +107,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from piserini_ray.report.export import export_browsecomp_plus, export_trec
+    from piserini_ray.store import RunStore
+
+    config = _manifest_config(args.run_dir)
+    with RunStore(args.run_dir, config, log=_log) as store:
+        if args.format == "browsecomp-plus":
+            paths = export_browsecomp_plus(store.records(), args.out)
+        else:
+            paths = export_trec(store.rankings(), args.out, tag=store.run_id)
+    print(f"wrote {len(paths)} file(s) to {args.out}")
+    return 0
+
+
 def _report(
     runs: list[tuple[RunConfig, Path]], judge: bool = True, out: Path | None = None
 ) -> None:
@@ -326,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="also write the combined report here")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("export", help="Write a run in another format.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--format", choices=("browsecomp-plus", "trec"), required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=cmd_export)
     p = add("ask", "Run one query in this process and print its trajectory as it happens.")
     p.add_argument("question", nargs="?", help="a question (or use --query-id)")
     p.add_argument("--query-id", help="a query of the benchmark")

@@ -112,3 +112,50 @@ def test_rankings_log_is_kept_beside_the_records(tmp_path: Path) -> None:
         (store.run_dir / "rankings.jsonl").open("a").write('{"query_id": "q9", "sea')  # torn
         assert store.rankings() == {"q1": record.rankings}
         assert store.records()[0].rankings == []  # not duplicated into records.jsonl
+
+
+def test_exports(tmp_path: Path) -> None:
+    from piserini_ray.report.export import export_browsecomp_plus, export_trec, merged_ranking
+    from piserini_ray.store import ToolCallRecord, Turn
+
+    call = ToolCallRecord(
+        id="c1",
+        name="search",
+        arguments='{"query": "x"}',
+        ok=True,
+        observation="Search s1 ...",
+        seconds=0.01,
+    )
+    record = _record("q1", "completed", 80, previewed=["d1", "d2"], opened=["d3", "d1"]).model_copy(
+        update={
+            "final_answer": "Exact Answer: a",
+            "trajectory": [
+                Turn(index=1, model_output="thinking", tool_calls=[call]),
+                Turn(index=2, model_output="A"),
+            ],
+        }
+    )
+    (path,) = export_browsecomp_plus([record], tmp_path / "bcp")
+    import orjson
+
+    run = orjson.loads(path.read_bytes())
+    assert {
+        "query_id",
+        "tool_call_counts",
+        "status",
+        "retrieved_docids",
+        "result",
+        "metadata",
+        "usage",
+    } <= set(run)
+    assert [r["type"] for r in run["result"]] == ["reasoning", "tool_call", "output_text"]
+    assert run["result"][-1]["output"] == "Exact Answer: a" and run["metadata"]["model"] == "gpt-5"
+    assert run["retrieved_docids"] == ["d1", "d2", "d3"]
+    searches = [
+        RankingLog(search_id="s1", query="a", docids=["x", "y"]),
+        RankingLog(search_id="s2", query="b", docids=["y", "z"]),
+    ]
+    assert merged_ranking(searches) == ["x", "y", "z"]
+    first, merged = export_trec({"q1": searches}, tmp_path / "trec", tag="t")
+    assert first.read_text().splitlines() == ["q1 Q0 x 1 2 t", "q1 Q0 y 2 1 t"]
+    assert [line.split()[2] for line in merged.read_text().splitlines()] == ["x", "y", "z"]
