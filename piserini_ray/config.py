@@ -261,8 +261,16 @@ class JudgeConfig(StrictModel):
     seed: int = 0  # bootstrap intervals of the report
 
 
+class PricingConfig(StrictModel):
+    """Where prices come from (SPEC §8). A model missing from the table stops a run before any
+    work, unless `allow_litellm_prices` lets litellm's price map fill in (the report says so)."""
+
+    table: Path | None = None  # default: configs/pricing.yaml of this checkout
+    allow_litellm_prices: bool = False
+
+
 #: Config paths that do not change what a run computes, left out of its hash.
-_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"), ("judge",))
+_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"), ("judge",), ("pricing",))
 
 
 class RunConfig(StrictModel):
@@ -279,6 +287,7 @@ class RunConfig(StrictModel):
     offline: OfflineConfig = OfflineConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     judge: JudgeConfig = JudgeConfig()
+    pricing: PricingConfig = PricingConfig()
 
     def judge_model(self) -> ModelConfig:
         if self.judge.model is not None:
@@ -332,6 +341,7 @@ _PATH_KEYS = {
     "benchmark": ("queries", "corpus", "qrels_evidence", "qrels_gold"),
     "slice": ("ids_file",),
     "retrieval": ("index_root",),
+    "pricing": ("table",),
 }
 
 

@@ -107,9 +107,9 @@ async def _run_all(
 
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
-    from piserini_ray.metrics.cost import load_pricing
+    from piserini_ray.metrics.cost import pricing_for
 
-    price = load_pricing().price(config.model.name)
+    price = pricing_for(config).price(config.model.name)
     n = max(1, len(records))
     tools: Counter[str] = Counter()
     for record in records:

@@ -8,18 +8,19 @@ import os
 
 from piserini_ray.config import RunConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.metrics.cost import PricingTable, load_pricing
+from piserini_ray.metrics.cost import PricingTable, pricing_for
 
 
 def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
     model = config.model
-    pricing = pricing or load_pricing()
-    if pricing.price(model.name) is None:
-        raise ConfigError(
-            f"model.name {model.name!r} is not in the pricing table (configs/pricing.yaml): a run "
-            "must know what it costs. Add the model with its input, output and cache_read prices "
-            "per million tokens."
-        )
+    pricing = pricing or pricing_for(config)
+    for role, name in (("model.name", model.name), ("judge model", config.judge_model().name)):
+        if pricing.price(name) is None:
+            raise ConfigError(
+                f"{role} {name!r} is not in the pricing table ({pricing.path}): a run must know "
+                "what it costs. Add the model with its input, output and cache_read prices per "
+                "million tokens, or set pricing.allow_litellm_prices: true to use litellm's map."
+            )
     if model.api_key_env is not None and not os.environ.get(model.api_key_env):
         raise ConfigError(
             f"model.api_key_env names {model.api_key_env}, which is not set in the environment: "

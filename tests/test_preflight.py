@@ -64,3 +64,24 @@ def test_shipped_sweeps_and_cluster_file(tmp_path: Path) -> None:
     assert cluster["provider"]["type"] == "aws" and "make setup" in " ".join(
         cluster["setup_commands"]
     )
+
+
+def test_litellm_prices_only_when_allowed() -> None:
+    from piserini_ray.metrics.cost import pricing_for
+
+    config = load_config(None, {"model.name": "gpt-4o", "model.api_base": "http://x"})
+    with pytest.raises(ConfigError, match="allow_litellm_prices"):
+        preflight(config)
+    allowed = load_config(
+        None,
+        {
+            "model.name": "gpt-4o",
+            "model.api_base": "http://x",
+            "pricing.allow_litellm_prices": True,
+        },
+    )
+    preflight(allowed)
+    table = pricing_for(allowed)
+    assert table.price("gpt-4o").input > 0 and "litellm" in table.source("gpt-4o")
+    assert table.source("gpt-5").startswith("table ")
+    assert allowed.config_hash() == config.config_hash()  # pricing is not a run's identity

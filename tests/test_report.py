@@ -77,7 +77,6 @@ def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
         rankings,
         judgements,
         load_pricing(),
-        "configs/pricing.yaml",
     )
     assert m.statuses == {"completed": 2, "timeout": 1} and m.judge_failed == 1
     assert m.accuracy.value == 0.5 and m.accuracy.queries == 2  # the judge failure is left out

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from piserini_ray.config import RunConfig
 from piserini_ray.errors import ConfigError, describe_validation_error
 from piserini_ray.llm.usage import Usage
 
@@ -32,9 +33,40 @@ class Price(BaseModel):
 
 class PricingTable(BaseModel):
     models: dict[str, Price]
+    #: Opt-in: price models missing from the table with litellm's own price map (and say so).
+    allow_litellm: bool = False
+    path: str = ""
 
     def price(self, model: str) -> Price | None:
-        return self.models.get(model)
+        if model in self.models:
+            return self.models[model]
+        return litellm_price(model) if self.allow_litellm else None
+
+    def source(self, model: str) -> str:
+        """Where a model's prices come from, for the report."""
+        if model in self.models:
+            return f"table {self.path}"
+        if self.allow_litellm and litellm_price(model) is not None:
+            return "litellm's price map (not in the table)"
+        return "unpriced"
+
+
+def litellm_price(model: str) -> Price | None:
+    """A price from litellm's bundled map (per-token costs, scaled to per million)."""
+    import litellm
+
+    entry = litellm.model_cost.get(model) or litellm.model_cost.get(model.split("/")[-1])
+    if not entry or entry.get("input_cost_per_token") is None:
+        return None
+    per_million = 1_000_000
+    cache_read = entry.get("cache_read_input_token_cost", entry["input_cost_per_token"])
+    cache_write = entry.get("cache_creation_input_token_cost")
+    return Price(
+        input=entry["input_cost_per_token"] * per_million,
+        output=(entry.get("output_cost_per_token") or 0) * per_million,
+        cache_read=(cache_read or 0) * per_million,
+        cache_write=None if cache_write is None else cache_write * per_million,
+    )
 
 
 def default_pricing_path() -> Path:
@@ -42,13 +74,20 @@ def default_pricing_path() -> Path:
     return Path(__file__).resolve().parents[2] / "configs" / "pricing.yaml"
 
 
-def load_pricing(path: Path | None = None) -> PricingTable:
+def load_pricing(path: Path | None = None, allow_litellm: bool = False) -> PricingTable:
     path = path or default_pricing_path()
     try:
-        return PricingTable.model_validate(yaml.safe_load(Path(path).read_text()))
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return PricingTable.model_validate(
+            data | {"allow_litellm": allow_litellm, "path": str(path)}
+        )
     except FileNotFoundError:
         raise ConfigError(f"pricing table {path} does not exist") from None
     except ValidationError as e:
         raise ConfigError(
             f"pricing table {path} is invalid: {describe_validation_error(e)}"
         ) from None
+
+
+def pricing_for(config: RunConfig) -> PricingTable:
+    return load_pricing(config.pricing.table, config.pricing.allow_litellm_prices)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
-from piserini_ray.metrics.cost import default_pricing_path, load_pricing
+from piserini_ray.metrics.cost import pricing_for
 from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import RunMetrics, compute_metrics
 from piserini_ray.store import RunStore
@@ -24,7 +24,6 @@ def judge_and_report(
 
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
-    pricing_path = default_pricing_path()
     with RunStore(run_dir, config, log=log) as store:
         records = [r for r in store.records() if r.query_id in wanted]
         judge_model = config.judge_model()
@@ -42,8 +41,7 @@ def judge_and_report(
             records,
             store.rankings(),
             judgements,
-            load_pricing(pricing_path),
-            str(pricing_path),
+            pricing_for(config),
         )
     (Path(run_dir) / "summary.json").write_text(metrics.model_dump_json(indent=2))
     (Path(run_dir) / "report.md").write_text(markdown_report([metrics]))

@@ -56,7 +56,8 @@ class RunMetrics(BaseModel):
     cached_token_ratio: float
     cost_usd: float | None
     judge_cost_usd: float | None
-    pricing_source: str
+    #: model -> where its prices came from (the table, or litellm's map when allowed)
+    pricing_source: dict[str, str]
     budget_seconds: float
     bm25: dict[str, float]
 
@@ -74,7 +75,6 @@ def compute_metrics(
     rankings: dict[str, list[RankingLog]],
     judgements: dict[str, Judgement],
     pricing: PricingTable,
-    pricing_source: str,
 ) -> RunMetrics:
     seed = config.judge.seed
     judge = config.judge_model().name
@@ -163,7 +163,7 @@ def compute_metrics(
         cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4),
         cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
-        pricing_source=pricing_source,
+        pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},
         budget_seconds=config.agent.budget_seconds,
         bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
     )

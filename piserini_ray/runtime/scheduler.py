@@ -34,7 +34,7 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.errors import PiseriniRayError
 from piserini_ray.llm.usage import Usage
-from piserini_ray.metrics.cost import PricingTable, load_pricing
+from piserini_ray.metrics.cost import PricingTable, pricing_for
 from piserini_ray.preflight import preflight
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.runtime.limiter_actor import start_limiter
@@ -58,6 +58,7 @@ class RunPlan:
     todo: list[Query] = field(default_factory=list)
     api_base: str | None = None
     ran: int = 0  # records written by this execution
+    pricing: PricingTable | None = None
 
 
 @dataclass
@@ -119,9 +120,9 @@ def run_plans(
 ) -> list[list[QueryRecord]]:
     """Run every plan to completion (or Ctrl-C); return each run's records of its slice."""
     runtime = plans[0].config.runtime
-    pricing = pricing or load_pricing()
     for plan in plans:  # every run of a sweep is checked before any starts
-        preflight(plan.config, pricing)
+        plan.pricing = pricing or pricing_for(plan.config)
+        preflight(plan.config, plan.pricing)
     with contextlib.ExitStack() as stack:
         for plan in plans:
             plan.store = stack.enter_context(RunStore(plan.run_dir, plan.config, log=log))
@@ -136,7 +137,7 @@ def run_plans(
         if any(plan.todo for plan in plans):
             start_ray(runtime, log)
             stack.enter_context(_offline_endpoints(plans))
-            _execute([p for p in plans if p.todo], runtime, log, pricing)
+            _execute([p for p in plans if p.todo], runtime, log)
         results = []
         for plan in plans:
             assert plan.store is not None
@@ -150,9 +151,7 @@ def run_plans(
         return results
 
 
-def _execute(
-    plans: list[RunPlan], runtime: Any, log: Callable[[str], None], pricing: PricingTable
-) -> None:
+def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> None:
     # Named per job, so replicas find them by name (handles in constructor arguments would
     # put those arguments in the object store, which breaks actor restarts).
     prefix = f"piserini-limiter:{ray.get_runtime_context().get_job_id()}:"
@@ -226,7 +225,8 @@ def _execute(
         assert plan.store is not None
         plan.store.append(record)
         plan.ran += 1
-        price = pricing.price(record.model)
+        assert plan.pricing is not None
+        price = plan.pricing.price(record.model)
         progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
 
     def retry_or_fail(plan: RunPlan, query: Query, exc: BaseException, what: str) -> None:
