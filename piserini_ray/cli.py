@@ -124,17 +124,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _report(
     runs: list[tuple[RunConfig, Path]], judge: bool = True, out: Path | None = None
 ) -> None:
-    from piserini_ray.report import judge_and_report, markdown_report
+    from piserini_ray.report import judge_and_report, markdown_report, write_html_report
 
     metrics = [judge_and_report(config, Path(run_dir), _log, judge) for config, run_dir in runs]
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
     for _, run_dir in runs:
-        print(f"report: {Path(run_dir) / 'report.md'}  summary: {Path(run_dir) / 'summary.json'}")
+        run = Path(run_dir)
+        print(
+            f"report: {run / 'report.md'}  {run / 'report.html'}  summary: {run / 'summary.json'}"
+        )
     if out is not None or len(runs) > 1:
-        path = out or Path(runs[0][1]).parent / "report.md"
-        path.write_text(table)
-        print(f"combined report: {path}")
+        folder = out or Path(runs[0][1]).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "report.md").write_text(table)
+        page = write_html_report(metrics, folder, pareto=True)
+        print(f"combined report: {folder / 'report.md'}  {page}")
 
 
 def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> object:
@@ -338,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_judge)
     p = sub.add_parser("report", help="Report runs side by side from their judgements.")
     p.add_argument("run_dirs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, help="also write the combined report here")
+    p.add_argument("--out", type=Path, help="folder for the combined report (md, html, plots)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("export", help="Write a run in another format.")
     p.add_argument("run_dir", type=Path)

@@ -9,6 +9,7 @@ from pathlib import Path
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.metrics.cost import pricing_for
+from piserini_ray.report.html import write_html_report
 from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import RunMetrics, compute_metrics
 from piserini_ray.store import RunStore
@@ -45,7 +46,8 @@ def judge_and_report(
         )
     (Path(run_dir) / "summary.json").write_text(metrics.model_dump_json(indent=2))
     (Path(run_dir) / "report.md").write_text(markdown_report([metrics]))
+    write_html_report([metrics], Path(run_dir), pareto=False)
     return metrics
 
 
-__all__ = ["RunMetrics", "judge_and_report", "markdown_report"]
+__all__ = ["RunMetrics", "judge_and_report", "markdown_report", "write_html_report"]

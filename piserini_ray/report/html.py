@@ -1,0 +1,83 @@
+"""A static `report.html` that opens from disk: the summary table and the PNG plots beside it."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+from piserini_ray.report.markdown import markdown_report
+from piserini_ray.report.metrics import RunMetrics
+from piserini_ray.report.plots import plot_depth, plot_pareto, plot_tools
+
+# After load, the page records how many plots rendered (tests read it with headless Chromium).
+_CHECK = """<script>
+window.addEventListener("load", () => {
+  const imgs = [...document.images];
+  document.body.dataset.imagesLoaded = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.dataset.imagesTotal = imgs.length;
+});
+</script>"""
+
+
+def _markdown_to_html(text: str) -> str:
+    """Our own markdown (headings, pipe tables, paragraphs) to HTML, escaping everything."""
+    out: list[str] = []
+    table: list[list[str]] = []
+
+    def flush() -> None:
+        if table:
+            head, *body = table
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in body
+            )
+            out.append(
+                "<table><tr>"
+                + "".join(f"<th>{html.escape(c)}</th>" for c in head)
+                + f"</tr>{rows}</table>"
+            )
+            table.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                table.append(cells)
+            continue
+        flush()
+        if line.startswith("## "):
+            out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("# "):
+            out.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+def write_html_report(runs: Sequence[RunMetrics], folder: Path, pareto: bool) -> Path:
+    """Plots and `report.html` in `folder`; the Pareto plot when comparing runs (a sweep)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = [plot_depth(runs, folder / "depth.png"), plot_tools(runs, folder / "tools.png")]
+    if pareto:
+        plots.insert(0, plot_pareto(runs, folder / "pareto.png"))
+    images = "\n".join(
+        f'<figure><img src="{p.name}" alt="{p.stem}" width="640"><figcaption>{p.stem}'
+        "</figcaption></figure>"
+        for p in plots
+    )
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>piserini_ray report</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}
+table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px}}
+figure{{display:inline-block;margin:1em}}</style>
+{_CHECK}</head><body>
+{_markdown_to_html(markdown_report(runs))}
+<h2>Plots</h2>
+{images}
+</body></html>
+"""
+    path = folder / "report.html"
+    path.write_text(page)
+    return path

@@ -1,0 +1,101 @@
+"""PNG plots of run metrics (matplotlib, headless): accuracy vs cost with the Pareto frontier,
+the depth curve, and tool calls by tool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on a cluster node or in CI
+import matplotlib.pyplot as plt
+
+from piserini_ray.report.metrics import RunMetrics
+
+
+def _label(m: RunMetrics) -> str:
+    return f"{m.model}, T={m.budget_seconds:g}s, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both cost (lower) and accuracy (higher)."""
+    front = []
+    for i, (cost, acc) in enumerate(points):
+        dominated = any(
+            (c <= cost and a >= acc) and (c < cost or a > acc)
+            for j, (c, a) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def plot_pareto(runs: Sequence[RunMetrics], path: Path) -> Path:
+    priced = [m for m in runs if m.cost_usd is not None and m.accuracy.value is not None]
+    points = [(m.cost_usd or 0.0, 100 * (m.accuracy.value or 0.0)) for m in priced]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m, (cost, acc) in zip(priced, points, strict=True):
+        ax.scatter(cost, acc, s=40)
+        ax.annotate(_label(m), (cost, acc), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    front = pareto_front(points)
+    if front:
+        ax.plot(
+            [points[i][0] for i in front],
+            [points[i][1] for i in front],
+            "k--",
+            lw=1,
+            label="Pareto frontier",
+        )
+        ax.legend(loc="lower right")
+    ax.set_xlabel("cost (USD)")
+    ax.set_ylabel(f"accuracy (%, judge: {runs[0].judge if runs else ''})")
+    ax.set_title("Accuracy vs cost")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_depth(runs: Sequence[RunMetrics], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in runs:
+        for kind, style in (("evidence", "-o"), ("gold", "--s")):
+            curve = {k: v for k, v in m.depth_curve[kind].items() if v is not None}
+            if curve:
+                ax.plot(
+                    list(curve),
+                    [100 * v for v in curve.values()],
+                    style,
+                    ms=3,
+                    label=f"{kind}: {_label(m)}",
+                )
+    ax.set_xscale("log")
+    ax.set_xlabel("retrieval depth k")
+    ax.set_ylabel("surfaced recall (macro, %)")
+    ax.set_title("Depth curve")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_tools(runs: Sequence[RunMetrics], path: Path) -> Path:
+    tools = sorted({t for m in runs for t in m.tool_calls_per_query if t != "total"})
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    width = 0.8 / max(1, len(runs))
+    for i, m in enumerate(runs):
+        xs = [j + i * width for j in range(len(tools))]
+        ax.bar(xs, [m.tool_calls_per_query.get(t, 0) for t in tools], width, label=_label(m))
+    ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(tools))], tools)
+    ax.set_ylabel("calls per query")
+    ax.set_title("Tool calls by tool")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,87 @@
+"""The HTML report opens from disk in headless Chromium and shows its plots.
+
+Needs Debian's `chromium`, which `.ci/run` installs; on a machine without it the test is
+skipped (and says so), since no other browser may be downloaded here.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from piserini_ray.config import load_config
+from piserini_ray.data import Benchmark, Query
+from piserini_ray.data.benchmark import Corpus
+from piserini_ray.metrics.cost import load_pricing
+from piserini_ray.report.html import write_html_report
+from piserini_ray.report.metrics import compute_metrics
+from piserini_ray.report.plots import pareto_front
+from piserini_ray.store import Judgement, QueryRecord, RankingLog, now_iso
+
+CHROMIUM = shutil.which("chromium")
+
+
+def _metrics(tmp_path: Path, model: str, budget: float):
+    config = load_config(None, {"model.name": model, "agent.budget_seconds": budget})
+    bench = Benchmark(
+        "toy",
+        [Query(query_id="q1", query="q", answer="a")],
+        {"q1": {"d1": 1}},
+        {"q1": {"d1": 1}},
+        Corpus("toy", (), lambda: iter(())),
+    )
+    record = QueryRecord(
+        run_id="r",
+        config_hash="h",
+        query_id="q1",
+        model=model,
+        status="completed",
+        surfaced=["d1"],
+        tool_call_counts={"search": 3},
+        started_at=now_iso(),
+        finished_at=now_iso(),
+    )
+    verdict = Judgement(
+        query_id="q1", judge_model="j", status="judged", correct=True, confidence=90
+    )
+    rankings = {"q1": [RankingLog(search_id="s1", query="q", docids=["x", "d1"])]}
+    return compute_metrics(
+        config, tmp_path / model, bench, [record], rankings, {"q1": verdict}, load_pricing()
+    )
+
+
+def test_pareto_front() -> None:
+    # (cost, accuracy): the second point is dominated by the first.
+    assert pareto_front([(1.0, 50.0), (2.0, 40.0), (3.0, 70.0), (0.5, 10.0)]) == [3, 0, 2]
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+def test_report_html_opens_with_its_plots(tmp_path: Path) -> None:
+    runs = [_metrics(tmp_path, "gpt-5", 300), _metrics(tmp_path, "gpt-5.5", 300)]
+    page = write_html_report(runs, tmp_path / "report", pareto=True)
+    assert {p.name for p in page.parent.glob("*.png")} == {"pareto.png", "depth.png", "tools.png"}
+    dom = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert 'data-images-loaded="3"' in dom and 'data-images-total="3"' in dom
+    assert "gpt-5.5" in dom and 'src="pareto.png"' in dom
