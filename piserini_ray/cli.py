@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     summary = _execute(config, args.run_dir, args.engine, args.concurrency)
     _print_summary(summary)
-    _report([(config, Path(summary.run_dir))])  # type: ignore[attr-defined]
+    _report([(config, Path(summary.run_dir))], on_ray=args.engine == "ray")  # type: ignore[attr-defined]
     return 0
 
 
@@ -91,7 +91,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
     config = _manifest_config(args.run_dir)
     _print_summary(_execute(config, args.run_dir, args.engine, args.concurrency))
-    _report([(config, args.run_dir)])
+    _report([(config, args.run_dir)], on_ray=args.engine == "ray")
     return 0
 
 
@@ -122,11 +122,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _report(
-    runs: list[tuple[RunConfig, Path]], judge: bool = True, out: Path | None = None
+    runs: list[tuple[RunConfig, Path]],
+    judge: bool = True,
+    out: Path | None = None,
+    on_ray: bool = False,
 ) -> None:
     from piserini_ray.report import judge_and_report, markdown_report, write_html_report
 
-    metrics = [judge_and_report(config, Path(run_dir), _log, judge) for config, run_dir in runs]
+    metrics = [
+        judge_and_report(config, Path(run_dir), _log, judge, on_ray) for config, run_dir in runs
+    ]
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
     for _, run_dir in runs:
@@ -161,7 +166,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
     for summary in run_on_ray(list(runs), _log):
         _print_summary(summary)
-    _report(list(runs))
+    _report(list(runs), on_ray=True)
     return 0
 
 

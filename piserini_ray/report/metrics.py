@@ -19,7 +19,15 @@ from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.calibration import CONVENTIONS, calibration_error
 from piserini_ray.metrics.cost import PricingTable
 from piserini_ray.metrics.intervals import mean_interval, ratio_interval
-from piserini_ray.metrics.recall import DEPTHS, DOC_SETS, macro, micro, per_query, surfaced_at_depth
+from piserini_ray.metrics.recall import (
+    DEPTHS,
+    DOC_SETS,
+    PerQueryRecall,
+    macro,
+    micro,
+    per_query,
+    surfaced_at_depth,
+)
 from piserini_ray.store import Judgement, QueryRecord, RankingLog
 
 
@@ -62,6 +70,80 @@ class RunMetrics(BaseModel):
     bm25: dict[str, float]
 
 
+class QueryFacts(BaseModel):
+    """What one query contributes to the run's figures: the map step, computed per chunk of
+    records (a Ray task each on a cluster) and combined by `aggregate`."""
+
+    query_id: str
+    position: int  # the query's place in the benchmark: fixes the calibration sort's ties
+    status: str
+    verdict: str | None  # judged | judge_failed | None (not judged)
+    correct: bool | None
+    agent_confidence: float
+    judge_confidence: float | None
+    recall: dict[str, dict[str, tuple[int, int] | None]]  # set -> kind -> (hits, relevant)
+    depth: dict[str, dict[int, tuple[int, int] | None]]  # kind -> k -> (hits, relevant)
+    usage: Usage
+    tool_calls: dict[str, int]
+
+
+def query_facts(
+    record: QueryRecord,
+    position: int,
+    rankings: list[RankingLog],
+    judgement: Judgement | None,
+    qrels: dict[str, Qrels],
+) -> QueryFacts:
+    def hits(docs: set[str], table: Qrels) -> tuple[int, int] | None:
+        rows = per_query({record.query_id: docs}, table)
+        return (rows[0].hits, rows[0].relevant) if rows else None
+
+    return QueryFacts(
+        query_id=record.query_id,
+        position=position,
+        status=record.status,
+        verdict=judgement.status if judgement else None,
+        correct=judgement.correct if judgement else None,
+        agent_confidence=min(100.0, max(0.0, record.confidence)) / 100,
+        judge_confidence=None
+        if judgement is None or judgement.confidence is None
+        else judgement.confidence / 100,
+        recall={
+            name: {kind: hits(set(getattr(record, name)), table) for kind, table in qrels.items()}
+            for name in DOC_SETS
+        },
+        depth={
+            kind: {
+                k: hits(surfaced_at_depth([s.docids for s in rankings], k), table) for k in DEPTHS
+            }
+            for kind, table in qrels.items()
+        },
+        usage=record.usage,
+        tool_calls=record.tool_call_counts,
+    )
+
+
+def facts_for(
+    records: list[QueryRecord],
+    benchmark: Benchmark,
+    rankings: dict[str, list[RankingLog]],
+    judgements: dict[str, Judgement],
+) -> list[QueryFacts]:
+    """The map step over some records (any chunk of a run)."""
+    order = {q.query_id: i for i, q in enumerate(benchmark.queries)}
+    qrels: dict[str, Qrels] = {"evidence": benchmark.evidence, "gold": benchmark.gold}
+    return [
+        query_facts(
+            r,
+            order.get(r.query_id, len(order)),
+            rankings.get(r.query_id, []),
+            judgements.get(r.query_id),
+            qrels,
+        )
+        for r in records
+    ]
+
+
 def _estimate(values: list[float], seed: int) -> Estimate:
     value = sum(values) / len(values) if values else None
     return Estimate(value=value, ci95=mean_interval(values, seed), queries=len(values))
@@ -76,63 +158,66 @@ def compute_metrics(
     judgements: dict[str, Judgement],
     pricing: PricingTable,
 ) -> RunMetrics:
+    """Map and reduce in this process (the Ray runtime maps over chunks instead)."""
+    facts = facts_for(records, benchmark, rankings, judgements)
+    return aggregate(config, run_dir, facts, judgements, pricing)
+
+
+def _recall(rows: list[tuple[int, int] | None], seed: int) -> RecallFigures:
+    present = [r for r in rows if r is not None]
+    table = [
+        PerQueryRecall(query_id=str(i), hits=h, relevant=n) for i, (h, n) in enumerate(present)
+    ]
+    return RecallFigures(
+        macro=Estimate(
+            value=macro(table),
+            queries=len(table),
+            ci95=mean_interval([r.recall for r in table], seed),
+        ),
+        micro=Estimate(
+            value=micro(table),
+            queries=len(table),
+            ci95=ratio_interval([r.hits for r in table], [r.relevant for r in table], seed),
+        ),
+    )
+
+
+def aggregate(
+    config: RunConfig,
+    run_dir: Path,
+    facts: list[QueryFacts],
+    judgements: dict[str, Judgement],
+    pricing: PricingTable,
+) -> RunMetrics:
+    """The reduce step: every figure of the run from its queries' facts."""
     seed = config.judge.seed
     judge = config.judge_model().name
-    order = {q.query_id: i for i, q in enumerate(benchmark.queries)}
-    records = sorted(records, key=lambda r: order.get(r.query_id, len(order)))
-    judged = [
-        (r, judgements[r.query_id])
-        for r in records
-        if r.query_id in judgements and judgements[r.query_id].status == "judged"
-    ]
-    correct = [1.0 if j.correct else 0.0 for _, j in judged]
-    completed = [1.0 if j.correct else 0.0 for r, j in judged if r.status == "completed"]
+    facts = sorted(facts, key=lambda f: f.position)
+    judged = [f for f in facts if f.verdict == "judged"]
+    right = [bool(f.correct) for f in judged]
     calibration = {
-        "piserini": calibration_error(
-            [min(100.0, max(0.0, r.confidence)) / 100 for r, _ in judged],
-            [bool(j.correct) for _, j in judged],
-            "piserini",
-        ),
+        "piserini": calibration_error([f.agent_confidence for f in judged], right, "piserini"),
         "browsecomp-plus": calibration_error(
-            [(j.confidence if j.confidence is not None else 100.0) / 100 for _, j in judged],
-            [bool(j.correct) for _, j in judged],
+            [1.0 if f.judge_confidence is None else f.judge_confidence for f in judged],
+            right,
             "browsecomp-plus",
         ),
     }
     assert set(calibration) == set(CONVENTIONS)
-    qrels: dict[str, Qrels] = {"evidence": benchmark.evidence, "gold": benchmark.gold}
-    recall: dict[str, dict[str, RecallFigures]] = {}
-    for name in DOC_SETS:
-        docs = {r.query_id: getattr(r, name) for r in records}
-        recall[name] = {}
-        for kind, table in qrels.items():
-            rows = per_query(docs, table)
-            recall[name][kind] = RecallFigures(
-                macro=Estimate(
-                    value=macro(rows),
-                    queries=len(rows),
-                    ci95=mean_interval([r.recall for r in rows], seed),
-                ),
-                micro=Estimate(
-                    value=micro(rows),
-                    queries=len(rows),
-                    ci95=ratio_interval([r.hits for r in rows], [r.relevant for r in rows], seed),
-                ),
-            )
-    depth: dict[str, dict[int, float | None]] = {}
-    for kind, table in qrels.items():
-        depth[kind] = {}
-        for k in DEPTHS:
-            docs = {
-                r.query_id: surfaced_at_depth([s.docids for s in rankings.get(r.query_id, [])], k)
-                for r in records
-            }
-            depth[kind][k] = macro(per_query(docs, table))
-    n = max(1, len(records))
+    kinds = ("evidence", "gold")
+    recall = {
+        name: {kind: _recall([f.recall[name][kind] for f in facts], seed) for kind in kinds}
+        for name in DOC_SETS
+    }
+    depth = {
+        kind: {k: _recall([f.depth[kind][k] for f in facts], seed).macro.value for k in DEPTHS}
+        for kind in kinds
+    }
+    n = max(1, len(facts))
     tools: Counter[str] = Counter()
-    for r in records:
-        tools.update(r.tool_call_counts)
-    total = sum((r.usage for r in records), Usage())
+    for f in facts:
+        tools.update(f.tool_calls)
+    total = sum((f.usage for f in facts), Usage())
     price = pricing.price(config.model.name)
     judge_price = pricing.price(judge)
     judge_usage = sum((j.usage for j in judgements.values()), Usage())
@@ -142,15 +227,13 @@ def compute_metrics(
         benchmark=config.benchmark.display_name(),
         model=config.model.name,
         judge=judge,
-        queries=len(records),
-        statuses=dict(Counter(r.status for r in records)),
-        judge_failed=sum(
-            1
-            for r in records
-            if r.query_id in judgements and judgements[r.query_id].status == "judge_failed"
+        queries=len(facts),
+        statuses=dict(Counter(f.status for f in facts)),
+        judge_failed=sum(1 for f in facts if f.verdict == "judge_failed"),
+        accuracy=_estimate([1.0 if c else 0.0 for c in right], seed),
+        accuracy_completed=_estimate(
+            [1.0 if f.correct else 0.0 for f in judged if f.status == "completed"], seed
         ),
-        accuracy=_estimate(correct, seed),
-        accuracy_completed=_estimate(completed, seed),
         calibration_error=calibration,
         recall=recall,
         depth_curve=depth,
@@ -158,10 +241,10 @@ def compute_metrics(
         | {"total": round(sum(tools.values()) / n, 3)},
         tokens_total=total,
         tokens_median_per_query=statistics.median(
-            [r.usage.input_tokens + r.usage.output_tokens for r in records] or [0]
+            [f.usage.input_tokens + f.usage.output_tokens for f in facts] or [0]
         ),
         cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4),
-        cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
+        cost_usd=round(sum(price.cost(f.usage) for f in facts), 4) if price else None,
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
         pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},
         budget_seconds=config.agent.budget_seconds,

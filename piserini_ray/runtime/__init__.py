@@ -13,6 +13,17 @@ from piserini_ray.config import RunConfig
 from piserini_ray.local_run import RunSummary, default_run_dir, summarize
 
 
+def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
+    """Join the configured cluster or start a local Ray, if this process has none yet."""
+    from piserini_ray.runtime.ray_env import cluster_address, prepare_local_ray
+
+    if cluster_address(config.runtime) is None:
+        prepare_local_ray()  # before Ray is imported
+    from piserini_ray.runtime.ray_env import start_ray
+
+    start_ray(config.runtime, log)
+
+
 def run_on_ray(
     configs: list[tuple[RunConfig, Path | None]], log: Callable[[str], None]
 ) -> list[RunSummary]:
