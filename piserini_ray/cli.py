@@ -121,6 +121,97 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _floats(text: str | None, default: list[float]) -> list[float]:
+    if not text:
+        return default
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def cmd_tune_bm25(args: argparse.Namespace) -> int:
+    """The (k1, b) grid on Ray: table, heatmap and the best config snippet."""
+    from piserini_ray.report.tuning import write_grid_outputs
+    from piserini_ray.runtime import ensure_ray
+    from piserini_ray.tuning import DEFAULT_B, DEFAULT_K1, OBJECTIVES
+
+    if args.objective not in OBJECTIVES:
+        raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}")
+    config = load_config(args.config_file or args.config)
+    ensure_ray(config, _log)
+    from piserini_ray.runtime.tuning import tune_on_ray
+
+    out = args.out or Path("runs") / f"tune-bm25-{config.benchmark.display_name()}"
+    cells, wall = tune_on_ray(
+        config,
+        _floats(args.k1, DEFAULT_K1),
+        _floats(args.b, DEFAULT_B),
+        out,
+        args.replicas or config.runtime.replicas,
+        _log,
+    )
+    best = write_grid_outputs(cells, args.objective, out)
+    print((out / "grid.md").read_text().split("\n\n| k1")[0])
+    print(
+        f"{len(cells)} cells in {wall:.1f} s; outputs in {out}: grid.csv, grid.md, "
+        "heatmap.png, best.yaml"
+    )
+    print(f"best: k1={best.k1:g} b={best.b:g}")
+    return 0
+
+
+def cmd_retrieval_eval(args: argparse.Namespace) -> int:
+    """The no-LLM floor: the raw question at the configured BM25, recall@k and nDCG@10."""
+    from piserini_ray.tuning import score_rankings
+
+    config = _config(args)
+    benchmark = load_benchmark(config.benchmark)
+    searcher = _searcher(config, benchmark)
+    queries = benchmark.select(**config.slice.model_dump())
+    rankings = {q.query_id: [d for d, _ in searcher.search_docids(q.query)] for q in queries}
+    scores = score_rankings(rankings, benchmark, depths=(5, 10, 20, 50, 100, 200, 500, 1000))
+    bm25 = config.retrieval.bm25
+    print(
+        f"raw questions, BM25 k1={bm25.k1:g} b={bm25.b:g}, depth {config.retrieval.depth}, "
+        f"{len(queries)} queries"
+    )
+    for name, value in scores.items():
+        print(f"  {name}: {'n/a' if value is None else f'{100 * value:.2f} %'}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tag = f"bm25-k1={bm25.k1:g}-b={bm25.b:g}"
+        lines = [
+            f"{qid} Q0 {d} {rank} {len(docs) - rank + 1} {tag}"
+            for qid, docs in rankings.items()
+            for rank, d in enumerate(docs, start=1)
+        ]
+        (args.out / "run.trec").write_text("\n".join(lines) + "\n")
+        (args.out / "retrieval_eval.json").write_text(orjson_dumps(scores))
+        print(f"wrote {args.out / 'run.trec'} and {args.out / 'retrieval_eval.json'}")
+    return 0
+
+
+def orjson_dumps(data: object) -> str:
+    import orjson
+
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def cmd_evidence_ranks(args: argparse.Namespace) -> int:
+    from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
+    from piserini_ray.store import RunStore
+
+    config = _manifest_config(args.run_dir)
+    benchmark = load_benchmark(config.benchmark)
+    with RunStore(args.run_dir, config, log=_log) as store:
+        rows = evidence_ranks(store.records(), store.rankings(), benchmark)
+    path = write_evidence_ranks(rows, Path(args.run_dir))
+    print(path.read_text())
+    print(f"also {Path(args.run_dir) / 'evidence_ranks.png'} and evidence_ranks.csv")
+    return 0
+
+
 def _report(
     runs: list[tuple[RunConfig, Path]],
     judge: bool = True,
@@ -355,6 +446,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("browsecomp-plus", "trec"), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("tune-bm25", help="Grid-search BM25 (k1, b) on Ray; table, heatmap, best.")
+    p.add_argument("config_file", nargs="?", type=Path, help="run config (default: the sample)")
+    p.add_argument("--config", type=Path, help="same as the positional CONFIG")
+    p.add_argument("--k1", help="comma-separated k1 values (default: 0.3..1.5, 2..30)")
+    p.add_argument("--b", help="comma-separated b values (default: 0..1 by 0.1)")
+    p.add_argument("--objective", default="evidence_recall@1000")
+    p.add_argument("--replicas", type=int, help="searcher replicas (default: runtime.replicas)")
+    p.add_argument("--out", type=Path, help="default: runs/tune-bm25-<benchmark>")
+    p.set_defaults(func=cmd_tune_bm25)
+    p = add("retrieval-eval", "No-LLM baseline: recall@k and nDCG@10 of the raw questions.")
+    p.add_argument("--out", type=Path, help="also write run.trec and retrieval_eval.json here")
+    p.set_defaults(func=cmd_retrieval_eval)
+    p = sub.add_parser("evidence-ranks", help="Where a run's evidence sat in its rankings.")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=cmd_evidence_ranks)
     p = add("ask", "Run one query in this process and print its trajectory as it happens.")
     p.add_argument("question", nargs="?", help="a question (or use --query-id)")
     p.add_argument("--query-id", help="a query of the benchmark")

@@ -136,3 +136,31 @@ def test_judging_and_reducing_on_ray_match_the_plain_path(
     assert on_ray.model_dump() == plain.model_dump()  # the same figures either way
     assert on_ray.queries == 5 and on_ray.depth_curve["evidence"][1000] is not None
     assert (tmp_path / "run" / "report.html").exists()
+
+
+def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
+    sample_index, index_root, tmp_path
+) -> None:
+    import matplotlib.image
+
+    from piserini_ray.report.tuning import write_grid_outputs
+    from piserini_ray.runtime.tuning import tune_on_ray
+    from piserini_ray.tuning import best_cell
+
+    config = _config(index_root, **{"slice.sample": 20, "slice.seed": 1})
+    logs: list[str] = []
+    k1s, bs = [0.9, 4.0, 25.0], [0.4, 0.7, 1.0]
+    cells, _ = tune_on_ray(config, k1s, bs, tmp_path, 2, logs.append)
+    assert {(c.k1, c.b) for c in cells} == {(k, b) for k in k1s for b in bs}
+    best = write_grid_outputs(cells, "evidence_recall@100", tmp_path)
+    top = max(c.metrics["evidence_recall@100"] for c in cells)
+    assert best.metrics["evidence_recall@100"] == top and best == best_cell(
+        cells, "evidence_recall@100"
+    )
+    assert f"k1: {best.k1:g}, b: {best.b:g}" in (tmp_path / "best.yaml").read_text()
+    assert len((tmp_path / "grid.csv").read_text().splitlines()) == 10
+    pixels = matplotlib.image.imread(tmp_path / "heatmap.png")
+    red = (pixels[..., 0] > 0.9) & (pixels[..., 1] < 0.1) & (pixels[..., 2] < 0.1)
+    assert red.sum() > 10  # the best cell's red star is drawn
+    again, _ = tune_on_ray(config, k1s, [*bs, 0.0], tmp_path, 1, logs.append)
+    assert "12 cells, 9 done before, 3 to run" in logs[-1] and len(again) == 12
