@@ -90,24 +90,38 @@ def _cli(*args: str) -> list[str]:
 
 
 def _summary_lines(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if line.startswith(("tool calls", "accuracy"))]
+    """Tool calls per query, and the report row without its run directory (accuracy, recalls,
+    calibration, cost)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("tool calls")]
+    rows = [line.split("|")[2:] for line in stdout.splitlines() if "| offline/heuristic |" in line]
+    return lines + ["|".join(row) for row in rows]
 
 
-def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
+def _slow_run(sample_index: Path, tmp_path: Path, queries: int, seed: int) -> tuple[Path, Path]:
+    """A config whose run lasts long enough to interrupt, and its run directory."""
     config = tmp_path / "slow.yaml"
     config.write_text(
         f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
-        "slice: {sample: 12, seed: 5}\n"
+        f"slice: {{sample: {queries}, seed: {seed}}}\n"
         "offline: {latency: {kind: fixed, seconds: 0.2}}\n"
         "runtime: {max_concurrency: 2}\n"
     )
-    run_dir = tmp_path / "run"
-    driver = subprocess.Popen(
+    return config, tmp_path / "run"
+
+
+def _driver(config: Path, run_dir: Path, stderr: int) -> subprocess.Popen:
+    return subprocess.Popen(
         _cli("run", "--config", str(config), "--run-dir", str(run_dir)),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
         start_new_session=True,
     )
+
+
+def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
+    config, run_dir = _slow_run(sample_index, tmp_path, 12, 5)
+    driver = _driver(config, run_dir, subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         while len(_records(run_dir)) < 3 and time.monotonic() < deadline:
@@ -156,21 +170,8 @@ def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: Path) -> None:
-    config = tmp_path / "slow.yaml"
-    config.write_text(
-        f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
-        "slice: {sample: 8, seed: 4}\n"
-        "offline: {latency: {kind: fixed, seconds: 0.2}}\n"
-        "runtime: {max_concurrency: 2}\n"
-    )
-    run_dir = tmp_path / "run"
-    driver = subprocess.Popen(
-        _cli("run", "--config", str(config), "--run-dir", str(run_dir)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    config, run_dir = _slow_run(sample_index, tmp_path, 8, 4)
+    driver = _driver(config, run_dir, subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
         while len(_records(run_dir)) < 2 and time.monotonic() < deadline:

@@ -18,6 +18,16 @@ def _label(m: RunMetrics) -> str:
     return f"{m.model}, T={m.budget_seconds:g}s, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
 
 
+def _finish(fig: plt.Figure, ax: plt.Axes, path: Path, title: str, legend: dict | None) -> Path:
+    ax.set_title(title)
+    if legend is not None:
+        ax.legend(**legend)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of the points no other point beats on both cost (lower) and accuracy (higher)."""
     front = []
@@ -75,13 +85,8 @@ def plot_depth(runs: Sequence[RunMetrics], path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("retrieval depth k")
     ax.set_ylabel("surfaced recall (macro, %)")
-    ax.set_title("Depth curve")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, "Depth curve", {"fontsize": 7})
 
 
 def plot_tools(runs: Sequence[RunMetrics], path: Path) -> Path:
@@ -93,9 +98,4 @@ def plot_tools(runs: Sequence[RunMetrics], path: Path) -> Path:
         ax.bar(xs, [m.tool_calls_per_query.get(t, 0) for t in tools], width, label=_label(m))
     ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(tools))], tools)
     ax.set_ylabel("calls per query")
-    ax.set_title("Tool calls by tool")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, "Tool calls by tool", {"fontsize": 7})
