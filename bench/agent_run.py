@@ -1,0 +1,138 @@
+"""Agent-run figures on the embedded sample with the offline heuristic model:
+
+- per-turn framework overhead: charged time of a turn that is neither model nor tool time
+  (p50, p99; goal p50 <= 5 ms);
+- the cached-token ratio the prefix-caching offline provider reports (goal >= 90 %);
+- resume: a run directory holding 820 of 830 records; the time from Ray being up to the first
+  new query starting (goal <= 10 s), and that exactly 10 run.
+
+    python bench/agent_run.py          # appends its table to bench/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from piserini_ray.config import load_config
+from piserini_ray.data.loaders import sample_dir
+from piserini_ray.local_run import run_local
+from piserini_ray.store import QueryRecord
+
+OUT = Path(__file__).parent / "out"
+RESULTS = Path(__file__).parent / "RESULTS.md"
+
+
+def turn_overheads(records: list[QueryRecord]) -> list[float]:
+    """Charged seconds of each turn minus its model and tool seconds."""
+    overheads = []
+    for record in records:
+        turns = record.trajectory
+        for i, turn in enumerate(turns):
+            end = turns[i + 1].started_at_charged if i + 1 < len(turns) else record.charged_seconds
+            tools = sum(c.seconds for c in turn.tool_calls)
+            overheads.append(end - turn.started_at_charged - turn.model_seconds - tools)
+    return overheads
+
+
+def percentile(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p * (len(values) - 1) + 0.5))]
+
+
+def resume_bench(folder: Path) -> tuple[float, int]:
+    """830 queries (the sample's questions, cycled) with 820 recorded, then resume on Ray."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sample = [orjson.loads(x) for x in (sample_dir() / "queries.jsonl").read_bytes().splitlines()]
+    with open(folder / "queries.jsonl", "wb") as f:
+        for i in range(830):
+            q = dict(sample[i % len(sample)], query_id=f"r{i:03d}")
+            f.write(orjson.dumps(q) + b"\n")
+    (folder / "config.yaml").write_text(
+        "benchmark:\n  source: jsonl\n  name: resume830\n  queries: queries.jsonl\n"
+        f"  corpus: {sample_dir() / 'corpus.jsonl'}\n"
+        f"  qrels_evidence: {sample_dir() / 'qrels_evidence.txt'}\n"
+    )
+    config = load_config(folder / "config.yaml")
+    run_dir = folder / "run"
+    if not (run_dir / "records.jsonl").exists():
+        run_local(config, run_dir, concurrency=8, log=lambda _m: None)
+        lines = (run_dir / "records.jsonl").read_bytes().splitlines(keepends=True)
+        (run_dir / "records.jsonl").write_bytes(b"".join(lines[:820]))  # drop the last 10
+    before = len((run_dir / "records.jsonl").read_bytes().splitlines())
+    command = [sys.executable, "-m", "piserini_ray.cli", "resume", str(run_dir)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    ray_up = None
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if ray_up is None and "local Ray instance" in line:
+            ray_up = time.time()
+    proc.wait()
+    records = [orjson.loads(x) for x in (run_dir / "records.jsonl").read_bytes().splitlines()]
+    new = records[before:]
+    first = min(datetime.fromisoformat(r["started_at"]).timestamp() for r in new)
+    return first - (ray_up or first), len(new)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    run_dir = OUT / f"agent-run-{int(time.time())}"
+    run_local(load_config(None), run_dir, concurrency=8, log=lambda _m: None)
+    records = [
+        QueryRecord.model_validate(orjson.loads(x))
+        for x in (run_dir / "records.jsonl").read_bytes().splitlines()
+    ]
+    overhead = [1000 * x for x in turn_overheads(records)]
+    tokens = sum(r.usage.input_tokens for r in records)
+    cached = sum(r.usage.cached_tokens for r in records)
+    ratio = cached / tokens
+    resume_seconds, resumed = resume_bench(OUT / "resume")
+    p50 = statistics.median(overhead)
+    rows = [
+        ("per-turn overhead p50", f"{p50:.2f} ms", "<= 5 ms", p50 <= 5),
+        ("per-turn overhead p99", f"{percentile(overhead, 0.99):.2f} ms", "-", None),
+        (
+            "cached-token ratio (offline heuristic, sample)",
+            f"{100 * ratio:.1f} %",
+            ">= 90 %",
+            ratio >= 0.9,
+        ),
+        (
+            "resume 820/830: Ray up -> first new query",
+            f"{resume_seconds:.2f} s",
+            "<= 10 s",
+            resume_seconds <= 10,
+        ),
+        ("resume 820/830: queries run", str(resumed), "exactly 10", resumed == 10),
+    ]
+    lines = [
+        f"## Agent run figures ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}. Command: `python bench/agent_run.py`. "
+        f"{len(records)} queries, {len(overhead)} turns.",
+        "",
+        "| figure | measured | goal | met |",
+        "|---|---:|---|---|",
+        *[
+            f"| {name} | {value} | {goal} | {'-' if ok is None else ('met' if ok else 'MISSED')} |"
+            for name, value, goal, ok in rows
+        ],
+        "",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    with open(RESULTS, "a") as f:
+        f.write("\n" + table)
+
+
+if __name__ == "__main__":
+    main()

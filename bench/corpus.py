@@ -1,0 +1,103 @@
+"""A BrowseComp-shaped synthetic corpus: N documents (default 100,195) with log-normal lengths
+(median about 2,000 tokens, 90th percentile about 14,000, mean about 5,179 words), a Zipfian
+vocabulary, seeded; plus queries built from rare terms of chosen documents, so their evidence
+qrels are known.
+
+    python bench/corpus.py --docs 100195 --queries 830 --out bench/out/corpus
+    # then: piserini-ray index --config bench/out/corpus/config.yaml
+
+Writes corpus.jsonl, queries.jsonl, qrels_evidence.txt, qrels_gold.txt and a config.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+VOCABULARY = 200_000
+# Log-normal word counts: median 1,500 words (~2,000 tokens); sigma = sqrt(2 ln(5179 / 1500))
+# makes the mean 5,179 words, which puts the 90th percentile near 11,000 words (~14,500 tokens).
+MEDIAN_WORDS, SIGMA = 1500, 1.574
+
+
+def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    ranks = np.arange(1, VOCABULARY + 1)
+    zipf = 1 / ranks
+    zipf /= zipf.sum()
+    lengths = np.minimum(
+        rng.lognormal(math.log(MEDIAN_WORDS), SIGMA, size=docs).astype(int) + 20, 120_000
+    )
+    chosen = set(random.Random(seed).sample(range(docs), min(queries * 3, docs)))
+    rare: dict[int, list[str]] = {}
+    with open(out / "corpus.jsonl", "wb") as f:
+        for i in range(docs):
+            words = rng.choice(VOCABULARY, size=int(lengths[i]), p=zipf)
+            text = " ".join(f"w{w}" for w in words)
+            if i in chosen:
+                # Three terms no other document has: a query made of them finds this one.
+                marks = [f"r{i}x{j}" for j in range(3)]
+                rare[i] = marks
+                text = f"{text} {' '.join(marks)}"
+            f.write(orjson.dumps({"docid": f"doc{i}", "text": text}) + b"\n")
+    picked = sorted(rare)
+    with (
+        open(out / "queries.jsonl", "wb") as q,
+        open(out / "qrels_evidence.txt", "w") as ev,
+        open(out / "qrels_gold.txt", "w") as gold,
+    ):
+        for n in range(queries):
+            a, b, c = picked[3 * n : 3 * n + 3]
+            text = " ".join([rare[a][0], rare[b][1], rare[c][2], "w1", "w17"])
+            q.write(orjson.dumps({"query_id": str(n), "query": text, "answer": f"doc{a}"}) + b"\n")
+            for docid in (a, b, c):
+                ev.write(f"{n} Q0 doc{docid} 1\n")
+            gold.write(f"{n} Q0 doc{a} 1\n")
+    (out / "config.yaml").write_text(
+        "benchmark:\n  source: jsonl\n  name: synthetic\n  queries: queries.jsonl\n"
+        "  corpus: corpus.jsonl\n  qrels_evidence: qrels_evidence.txt\n"
+        "  qrels_gold: qrels_gold.txt\n"
+    )
+    words = lengths + 3 * np.isin(np.arange(docs), picked)
+    return {
+        "docs": docs,
+        "median_words": float(np.median(words)),
+        "p90_words": float(np.percentile(words, 90)),
+        "mean_words": float(words.mean()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=100_195)
+    parser.add_argument("--queries", type=int, default=830)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("bench/out/corpus"))
+    parser.add_argument("--index", action="store_true", help="also build the index and time it")
+    args = parser.parse_args()
+    print(generate(args.out, args.docs, args.queries, args.seed))
+    if args.index:
+        import time
+
+        from piserini_ray.config import load_config
+        from piserini_ray.data import load_benchmark
+        from piserini_ray.retrieval import ensure_index
+
+        config = load_config(args.out / "config.yaml")
+        started = time.monotonic()
+        index = ensure_index(load_benchmark(config.benchmark).corpus, config.retrieval, print)
+        size = sum(p.stat().st_size for p in (index / "lucene").iterdir())
+        print(
+            f"index {index}: built in {time.monotonic() - started:.1f} s, Lucene files "
+            f"{size / 2**30:.2f} GiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
