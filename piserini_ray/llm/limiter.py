@@ -53,6 +53,8 @@ class RateLimiter:
         self._last_decrease = now()
         self._last_increase = now()
         self._waiting: set[str] = set()
+        #: Why the last `try_acquire` was refused: cooldown, concurrency or quota.
+        self.last_denial: str | None = None
         self.granted = 0
         self.rate_limited = 0
 
@@ -69,10 +71,13 @@ class RateLimiter:
         self._grow(now)
         wait = 0.0
         in_flight = len(self._open)
+        self.last_denial = None
         if now < self._cooldown_until:
             wait = self._cooldown_until - now
+            self.last_denial = "cooldown"
         elif in_flight >= math.floor(self.limit):
             wait = 0.05  # a slot frees when a call returns; ask again soon
+            self.last_denial = "concurrency"
         else:
             rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
             counted = in_flight + len(self._closed)
@@ -82,6 +87,7 @@ class RateLimiter:
             if over_requests or over_tokens:
                 span = self.config.window_seconds + self.config.window_margin
                 wait = self._closed[0][0] + span - now if self._closed else 0.05
+                self.last_denial = "quota"
         if wait > 0:
             self._waiting.add(caller)
             return False, max(wait, 0.01)
@@ -114,6 +120,10 @@ class RateLimiter:
     def forget(self, caller: str) -> None:
         self._waiting.discard(caller)
 
+    def holds(self, caller: str) -> bool:
+        """Whether the caller has a call in flight (a granted, unreleased slot)."""
+        return caller in self._open
+
     def stats(self) -> LimiterStats:
         now = self._now()
         return LimiterStats(
@@ -143,11 +153,15 @@ class LocalLimiter:
 
     async def acquire(self, estimated_tokens: int) -> None:
         caller = caller_id()
-        while True:
-            granted, wait = self.limiter.try_acquire(estimated_tokens, caller)
-            if granted:
-                return
-            await asyncio.sleep(min(wait, 1.0))
+        try:
+            while True:
+                granted, wait = self.limiter.try_acquire(estimated_tokens, caller)
+                if granted:
+                    return
+                await asyncio.sleep(min(wait, 1.0))
+        except asyncio.CancelledError:
+            self.limiter.forget(caller)
+            raise
 
     def report(self, failure: Failure | None) -> None:
         self.limiter.release(caller_id(), *outcome_of(failure))

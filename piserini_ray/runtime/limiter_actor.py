@@ -4,6 +4,7 @@ the whole cluster. The actor is owned by the driver's job and disappears with it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import ray
@@ -15,23 +16,46 @@ from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, caller_
 from piserini_ray.llm.retry import Failure
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_concurrency=100_000)
 class LimiterActor:
-    """Serial (a plain actor runs one call at a time), so the limiter needs no locking."""
+    """An async actor: a caller's `acquire` is one call that returns when its slot is granted
+    (waiters sleep on a condition, woken by every release), instead of thousands of polls.
+    All methods run on the actor's one event loop, so the limiter needs no locking."""
 
     def __init__(self, config: RateLimitConfig) -> None:
         self.limiter = RateLimiter(config)
+        self.released = asyncio.Condition()
+        self.abandoned: set[str] = set()
 
-    def try_acquire(self, tokens: int, caller: str) -> tuple[bool, float]:
-        return self.limiter.try_acquire(tokens, caller)
+    async def acquire(self, tokens: int, caller: str) -> bool:
+        """Wait for a slot; False if the caller gave up meanwhile."""
+        while True:
+            if caller in self.abandoned:
+                self.abandoned.discard(caller)
+                self.limiter.forget(caller)
+                return False
+            granted, wait = self.limiter.try_acquire(tokens, caller)
+            if granted:
+                return True
+            if self.limiter.last_denial == "concurrency":
+                wait = 1.0  # a release wakes us; the timeout only guards against a lost one
+            async with self.released:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.released.wait(), timeout=wait)
 
-    def release(self, caller: str, outcome: Outcome, retry_after: float | None) -> None:
+    async def release(self, caller: str, outcome: Outcome, retry_after: float | None) -> None:
         self.limiter.release(caller, outcome, retry_after)
+        async with self.released:
+            self.released.notify_all()
 
-    def forget(self, caller: str) -> None:
-        self.limiter.forget(caller)
+    async def abandon(self, caller: str) -> None:
+        """The caller was cancelled: drop its wait, or give back the slot it may hold."""
+        if self.limiter.holds(caller):
+            await self.release(caller, "error", None)
+        else:
+            self.abandoned.add(caller)
 
-    def stats(self) -> LimiterStats:
+    async def stats(self) -> LimiterStats:
         return self.limiter.stats()
 
 
@@ -52,18 +76,15 @@ class RemoteLimiter:
         try:
             while not self.gone:
                 try:
-                    granted, wait = await self.handle.try_acquire.remote(estimated_tokens, caller)
+                    if await self.handle.acquire.remote(estimated_tokens, caller):
+                        return
                 except ActorUnavailableError:
-                    granted, wait = False, 0.5  # restarting: ask again
+                    await asyncio.sleep(0.5)  # restarting: ask again
                 except (ActorDiedError, RayActorError):
                     self.gone = True
-                    return
-                if granted:
-                    return
-                await asyncio.sleep(min(wait, 1.0))
         except asyncio.CancelledError:
             if not self.gone:
-                self.handle.forget.remote(caller)
+                self.handle.abandon.remote(caller)
             raise
 
     def report(self, failure: Failure | None) -> None:
