@@ -252,7 +252,8 @@ OFFLINE_JUDGE = "offline/exact-match-judge"
 
 class JudgeConfig(StrictModel):
     """The LLM judge of SPEC §6. `model: null` picks the default: the offline exact-match
-    judge for the embedded sample, `gpt-5.3-codex` (low reasoning effort) otherwise."""
+    judge for the embedded sample or an offline model, `gpt-5.3-codex` (low reasoning effort)
+    otherwise."""
 
     model: ModelConfig | None = None
     #: Extra calls when a reply does not parse as a complete judgement.
@@ -292,8 +293,8 @@ class RunConfig(StrictModel):
     def judge_model(self) -> ModelConfig:
         if self.judge.model is not None:
             return self.judge.model
-        if self.benchmark.source == "sample":
-            return ModelConfig(name=OFFLINE_JUDGE)
+        if self.benchmark.source == "sample" or self.model.is_offline:
+            return ModelConfig(name=OFFLINE_JUDGE)  # a free rehearsal gets a free judge
         return ModelConfig(name=DEFAULT_JUDGE, reasoning_effort="low", call_timeout=180.0)
 
     def config_hash(self) -> str:

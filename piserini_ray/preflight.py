@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from piserini_ray.config import RunConfig
+from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.errors import ConfigError
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 
@@ -21,9 +21,20 @@ def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
                 "what it costs. Add the model with its input, output and cache_read prices per "
                 "million tokens, or set pricing.allow_litellm_prices: true to use litellm's map."
             )
+    for role, checked in (("model", model), ("judge.model", config.judge_model())):
+        _check_key(role, checked)
+    for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
+        path = getattr(config.benchmark, field)
+        if path is not None and not path.exists():
+            raise ConfigError(f"benchmark.{field}: {path} does not exist (check the path)")
+    if config.slice.ids_file is not None and not config.slice.ids_file.exists():
+        raise ConfigError(f"slice.ids_file: {config.slice.ids_file} does not exist")
+
+
+def _check_key(role: str, model: ModelConfig) -> None:
     if model.api_key_env is not None and not os.environ.get(model.api_key_env):
         raise ConfigError(
-            f"model.api_key_env names {model.api_key_env}, which is not set in the environment: "
+            f"{role}.api_key_env names {model.api_key_env}, which is not set in the environment: "
             f"export {model.api_key_env}=... (the key is read from there, never from files)"
         )
     if model.api_key_env is None and not model.is_offline and model.api_base is None:
@@ -33,12 +44,6 @@ def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
         if not check.get("keys_in_environment", True):
             missing = ", ".join(check.get("missing_keys") or []) or "the provider's API key"
             raise ConfigError(
-                f"model {model.name!r} needs {missing} in the environment; export it, or name "
-                "the variable in model.api_key_env"
+                f"{role} {model.name!r} needs {missing} in the environment; export it, or name "
+                f"the variable in {role}.api_key_env"
             )
-    for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
-        path = getattr(config.benchmark, field)
-        if path is not None and not path.exists():
-            raise ConfigError(f"benchmark.{field}: {path} does not exist (check the path)")
-    if config.slice.ids_file is not None and not config.slice.ids_file.exists():
-        raise ConfigError(f"slice.ids_file: {config.slice.ids_file} does not exist")

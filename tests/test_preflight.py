@@ -85,3 +85,24 @@ def test_litellm_prices_only_when_allowed() -> None:
     assert table.price("gpt-4o").input > 0 and "litellm" in table.source("gpt-4o")
     assert table.source("gpt-5").startswith("table ")
     assert allowed.config_hash() == config.config_hash()  # pricing is not a run's identity
+
+
+def test_the_judge_is_checked_too_and_free_rehearsals_get_a_free_judge(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "q.jsonl").write_text('{"query_id": "1", "query": "q", "answer": "a"}\n')
+    (tmp_path / "c.jsonl").write_text('{"docid": "d", "text": "t"}\n')
+    data = {
+        "benchmark.source": "jsonl",
+        "benchmark.queries": str(tmp_path / "q.jsonl"),
+        "benchmark.corpus": str(tmp_path / "c.jsonl"),
+    }
+    rehearsal = load_config(None, data)
+    assert rehearsal.judge_model().name == "offline/exact-match-judge"
+    preflight(rehearsal)
+    monkeypatch.setenv("MY_KEY", "x")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    paid = load_config(None, data | {"model.name": "gpt-5", "model.api_key_env": "MY_KEY"})
+    assert paid.judge_model().name == "gpt-5.3-codex"
+    with pytest.raises(ConfigError, match=r"judge\.model 'gpt-5\.3-codex' needs OPENAI_API_KEY"):
+        preflight(paid)
