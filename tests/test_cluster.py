@@ -119,6 +119,20 @@ def _driver(config: Path, run_dir: Path, stderr: int) -> subprocess.Popen:
     )
 
 
+def _resume(run_dir: Path, recorded: int, total: int) -> subprocess.CompletedProcess[str]:
+    """`piserini-ray resume`, checked to run exactly the queries without a record."""
+    resumed = subprocess.run(
+        _cli("resume", str(run_dir)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{recorded} already recorded, {total - recorded} to run" in resumed.stderr
+    return resumed
+
+
 def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
     config, run_dir = _slow_run(sample_index, tmp_path, 12, 5)
     driver = _driver(config, run_dir, subprocess.DEVNULL)
@@ -134,15 +148,7 @@ def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
             os.killpg(driver.pid, signal.SIGKILL)  # the Ray it started, orphaned by the kill
     recorded = len(_records(run_dir))
     assert 3 <= recorded < 12
-    resumed = subprocess.run(
-        _cli("resume", str(run_dir)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"{recorded} already recorded, {12 - recorded} to run" in resumed.stderr
+    resumed = _resume(run_dir, recorded, 12)
     records = _records(run_dir)
     ids = [r["query_id"] for r in records]
     assert len(ids) == len(set(ids)) == 12
@@ -186,14 +192,6 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: 
     raw = (run_dir / "records.jsonl").read_bytes()
     assert raw.endswith(b"\n")  # nothing half-written
     recorded = len(raw.splitlines())
-    resumed = subprocess.run(
-        _cli("resume", str(run_dir)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"{recorded} already recorded, {8 - recorded} to run" in resumed.stderr
+    _resume(run_dir, recorded, 8)
     ids = [r["query_id"] for r in _records(run_dir)]
     assert len(ids) == len(set(ids)) == 8
