@@ -43,7 +43,9 @@ class WaitTracker(Protocol):
     def waiting(self, expected: float | None, why: str) -> AbstractContextManager[None]: ...
 
 
-class _CountingTracker:
+class _NoTracker:
+    """Waits outside any budget (a judge call, a script): nothing to record them on."""
+
     def waiting(self, expected: float | None, why: str) -> AbstractContextManager[None]:
         return nullcontext()
 
@@ -132,7 +134,7 @@ class LLMClient:
             params["tools"] = tools
         if response_format is not None:
             params["response_format"] = response_format
-        tracker = waits or _CountingTracker()
+        tracker = waits or _NoTracker()
         # Quotas count tokens before the provider does: ~4 characters a token is close enough.
         estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
         model_seconds = waited = 0.0

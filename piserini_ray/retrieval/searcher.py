@@ -15,7 +15,6 @@ syntax, so no user text can fail to parse.
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,6 @@ class BM25Searcher:
         )
         self._hits_to_string = _hits_to_string_handle()
         self._singleton = autoclass("java.util.Collections").singletonList
-        self._lock = threading.Lock()
         self.set_bm25(bm25)
 
     @property
@@ -103,8 +101,8 @@ class BM25Searcher:
         searcher = autoclass("org.apache.lucene.search.IndexSearcher")(self._simple.reader)
         searcher.setSimilarity(similarity)
         self._simple.set_bm25(float(bm25.k1), float(bm25.b))
-        with self._lock:
-            self._searcher, self.bm25 = searcher, bm25
+        # One assignment: a search running meanwhile sees the old or the new settings, whole.
+        self._searcher, self.bm25 = searcher, bm25
 
     def search(self, text: str, k: int | None = None) -> Ranking:
         """The top `k` (default: the configured depth) documents for a bag-of-words query."""

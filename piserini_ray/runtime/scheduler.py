@@ -56,6 +56,7 @@ class RunPlan:
     run_dir: Path
     store: RunStore | None = None
     todo: list[Query] = field(default_factory=list)
+    wanted: set[str] = field(default_factory=set)  # the slice's query ids
     api_base: str | None = None
     ran: int = 0  # records written by this execution
     pricing: PricingTable | None = None
@@ -128,6 +129,7 @@ def run_plans(
             plan.store = stack.enter_context(RunStore(plan.run_dir, plan.config, log=log))
             benchmark = load_benchmark(plan.config.benchmark)
             queries = benchmark.select(**plan.config.slice.model_dump())
+            plan.wanted = {q.query_id for q in queries}
             done = plan.store.done()
             plan.todo = [q for q in queries if q.query_id not in done]
             log(
@@ -138,17 +140,11 @@ def run_plans(
             start_ray(runtime, log)
             stack.enter_context(_offline_endpoints(plans))
             _execute([p for p in plans if p.todo], runtime, log)
-        results = []
-        for plan in plans:
-            assert plan.store is not None
-            wanted = {
-                q.query_id
-                for q in load_benchmark(plan.config.benchmark).select(
-                    **plan.config.slice.model_dump()
-                )
-            }
-            results.append([r for r in plan.store.records() if r.query_id in wanted])
-        return results
+        return [
+            [r for r in plan.store.records() if r.query_id in plan.wanted]
+            for plan in plans
+            if plan.store is not None
+        ]
 
 
 def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> None:
