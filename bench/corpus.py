@@ -36,10 +36,13 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
     )
     chosen = set(random.Random(seed).sample(range(docs), min(queries * 3, docs)))
     rare: dict[int, list[str]] = {}
+    vocabulary = [f"w{w}" for w in range(VOCABULARY)]
+    cdf = np.cumsum(zipf)
     with open(out / "corpus.jsonl", "wb") as f:
         for i in range(docs):
-            words = rng.choice(VOCABULARY, size=int(lengths[i]), p=zipf)
-            text = " ".join(f"w{w}" for w in words)
+            # Inverse-CDF sampling: rng.choice(p=...) would rebuild the CDF for every document.
+            words = np.searchsorted(cdf, rng.random(int(lengths[i])), side="right")
+            text = " ".join(map(vocabulary.__getitem__, np.minimum(words, VOCABULARY - 1).tolist()))
             if i in chosen:
                 # Three terms no other document has: a query made of them finds this one.
                 marks = [f"r{i}x{j}" for j in range(3)]

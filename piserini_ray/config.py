@@ -151,9 +151,11 @@ class RateLimitConfig(StrictModel):
 
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
-    #: Requests in flight at once: starts at `initial_concurrency`, halves on a 429 (never below
-    #: `min_concurrency`) and grows by one after each `clean_period` seconds without one.
-    initial_concurrency: int = Field(16, ge=1)
+    #: Requests in flight at once: starts at `initial_concurrency` (None: `max_concurrency`, so
+    #: nothing is held back before the provider pushes back); a 429 sets it to
+    #: `decrease_factor` x the calls in flight then (never below `min_concurrency`), and it grows
+    #: by one after each `clean_period` seconds without one.
+    initial_concurrency: int | None = Field(None, ge=1)
     min_concurrency: int = Field(1, ge=1)
     max_concurrency: int = Field(256, ge=1)
     decrease_factor: float = Field(0.5, gt=0, lt=1)

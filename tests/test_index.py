@@ -1,4 +1,6 @@
+import fcntl
 import shutil
+import threading
 from pathlib import Path
 
 import orjson
@@ -49,6 +51,29 @@ def test_changed_corpus_gets_a_new_index_and_leftovers_are_cleared(tmp_path: Pat
     second = build_index(changed, root)
     assert second == second_path != first
     assert read_index_info(second).num_docs == 2 and not stale.exists()
+
+
+def test_a_build_holds_up_only_its_own_index(tmp_path: Path) -> None:
+    """A 100K-document build must not stall runs over other corpora under the same root, and a
+    second builder of the same index says that it waits (then finds the index built)."""
+    root = tmp_path / "idx"
+    built = build_index(_corpus(tmp_path, [{"docid": "a", "text": "alpha"}]), root)
+    other = _corpus(tmp_path, [{"docid": "b", "text": "beta"}], name="other.jsonl")
+    other_dir = root / f"tiny-{other.fingerprint()[:16]}"
+    with open(root / f".{other_dir.name}.lock", "w") as held:  # "another process" builds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        again = _corpus(tmp_path, [{"docid": "a", "text": "alpha"}])
+        assert build_index(again, root) == built  # not blocked by the other build
+        logs: list[str] = []
+        waiter = threading.Thread(target=lambda: build_index(other, root, log=logs.append))
+        waiter.start()
+        waiter.join(timeout=2.0)
+        assert waiter.is_alive() and logs == [
+            f"another process is building {other_dir}; waiting for it"
+        ]
+        fcntl.flock(held, fcntl.LOCK_UN)
+    waiter.join(timeout=120)
+    assert not waiter.is_alive() and read_index_info(other_dir).num_docs == 1
 
 
 def test_duplicate_docids_fail_and_leave_nothing(tmp_path: Path) -> None:

@@ -60,6 +60,20 @@ def test_aimd_concurrency_and_cooldown() -> None:
     limiter.try_acquire(0, "c9")
     assert limiter.limit == 5.0  # one more after a clean period
     limiter.release("c8", "rate_limit")
+    assert limiter.limit == 1.0  # half of the 2 calls in flight, not half of the nominal 5
     limiter.release("c9", "rate_limit")
-    assert limiter.limit == 1.25  # halved twice, still above min_concurrency
+    assert limiter.limit == 1.0  # never below min_concurrency
     assert limiter.stats().rate_limited == 3
+
+
+def test_concurrency_starts_open_and_a_429_cuts_from_what_was_sent() -> None:
+    """By default nothing is held back until the provider pushes back; then the limit drops
+    relative to the calls actually in flight (a cut from a nominal 256 would not bite)."""
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(), clock)
+    assert limiter.limit == 256.0
+    for i in range(40):
+        assert limiter.try_acquire(0, f"c{i}")[0]
+    limiter.release("c0", "rate_limit")
+    assert limiter.limit == 20.0
+    assert not limiter.try_acquire(0, "late")[0]  # 39 still in flight, over the new limit

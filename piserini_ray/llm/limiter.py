@@ -8,9 +8,10 @@ makes the limits cluster-wide.
   window (plus a small margin) after its call *returned*: the provider saw it arrive somewhere
   in between, so a provider counting arrivals over a sliding window never sees more than the
   quota, however long a request took to leave the client or to come back.
-- **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 multiplies the limit
-  by `decrease_factor`, each clean period without one adds one (the idea inspect_ai applies per
-  process, here shared by every worker).
+- **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 sets the limit to
+  `decrease_factor` x the calls in flight at that moment (not x the nominal limit, which may be
+  far above what was actually sent), each clean period without one adds one (the idea inspect_ai
+  applies per process, here shared by every worker).
 - **Cooldown**: a `Retry-After` from the provider holds every caller until it has passed.
 """
 
@@ -48,7 +49,8 @@ class RateLimiter:
         #: caller -> tokens of its call in flight; (end time, tokens) of calls that returned.
         self._open: dict[str, int] = {}
         self._closed: deque[tuple[float, int]] = deque()
-        self.limit = float(min(config.initial_concurrency, config.max_concurrency))
+        initial = config.initial_concurrency or config.max_concurrency
+        self.limit = float(min(initial, config.max_concurrency))
         self._cooldown_until = 0.0
         self._last_decrease = now()
         self._last_increase = now()
@@ -101,13 +103,13 @@ class RateLimiter:
     ) -> None:
         """Give the caller's slot back and learn from how the call went."""
         now = self._now()
+        in_flight = len(self._open)  # this call included
         if caller in self._open:
             self._closed.append((now, self._open.pop(caller)))
         if outcome == "rate_limit":
             self.rate_limited += 1
-            self.limit = max(
-                float(self.config.min_concurrency), self.limit * self.config.decrease_factor
-            )
+            sent = min(self.limit, max(in_flight, 1))
+            self.limit = max(float(self.config.min_concurrency), sent * self.config.decrease_factor)
             self._last_decrease = self._last_increase = now
             if retry_after:
                 self._cooldown_until = max(self._cooldown_until, now + retry_after)

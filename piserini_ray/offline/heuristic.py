@@ -28,7 +28,7 @@ import orjson
 from piserini_ray.offline.policy import PolicyReply, PolicyToolCall
 from piserini_ray.tools.excerpt import query_tokens
 
-_QUESTION_WORDS = frozenset(
+QUESTION_WORDS = frozenset(
     [
         "who",
         "whom",
@@ -75,19 +75,19 @@ _BOILERPLATE = ("Document", "Search", "More", "Error", "Explanation")
 
 def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
     messages: list[dict[str, Any]] = request.get("messages") or []
-    question = _question(messages)
-    keywords = [t for t in query_tokens(question) if t not in _QUESTION_WORDS][:12]
-    hops = _hops_so_far(messages)
-    if _must_answer(messages) or not keywords:
-        return _answer(question, keywords, hops)
+    question = question_of(messages)
+    keywords = [t for t in query_tokens(question) if t not in QUESTION_WORDS][:12]
+    hops = hops_so_far(messages)
+    if must_answer(messages) or not keywords:
+        return answer_from(question, keywords, hops)
     planned = _planned_hops(question)
     if not hops:
-        return _call(
+        return tool_reply(
             "search", "Start with the question's distinctive words.", query=" ".join(keywords)
         )
     hop = hops[-1]
     if not hop["browsed"] and hop["search_id"]:
-        return _call(
+        return tool_reply(
             "read_search_results",
             "Browse below the first page before rewriting.",
             search_id=hop["search_id"],
@@ -96,7 +96,7 @@ def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
         )
     opened = {d for h in hops for d in h["opened"]}
     want = 2
-    fresh = [h for h in _rank_hits(hop["hits"], hop["keywords"]) if h["docid"] not in opened]
+    fresh = [h for h in rank_hits(hop["hits"], hop["keywords"]) if h["docid"] not in opened]
     if len(hop["opened"]) < want and fresh:
         return PolicyReply(
             tool_calls=[
@@ -115,18 +115,18 @@ def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
         if clue:
             seen = " ".join(hop["texts"].values()).lower()
             rest = [k for k in keywords if k not in seen] or keywords[:3]
-            return _call(
+            return tool_reply(
                 "search",
                 f"Search again with a new clue: {clue}.",
                 query=" ".join([clue, *rest[:4]]),
             )
-    return _answer(question, keywords, hops)
+    return answer_from(question, keywords, hops)
 
 
 # ---------------------------------------------------------------------- reading the conversation
 
 
-def _question(messages: list[dict[str, Any]]) -> str:
+def question_of(messages: list[dict[str, Any]]) -> str:
     for message in messages:
         if message.get("role") == "user":
             text = _text(message)
@@ -141,7 +141,7 @@ def _text(message: dict[str, Any]) -> str:
     return content or ""
 
 
-def _must_answer(messages: list[dict[str, Any]]) -> bool:
+def must_answer(messages: list[dict[str, Any]]) -> bool:
     last = messages[-1] if messages else {}
     if last.get("role") == "user" and len([m for m in messages if m.get("role") == "user"]) > 1:
         return True  # a user message after the question is the submit-now steer
@@ -159,7 +159,7 @@ def _arg(call: dict[str, Any], key: str) -> Any:
         return None
 
 
-def _hops_so_far(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def hops_so_far(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation as hops: each search with the hits it showed and documents opened."""
     results = {m.get("tool_call_id"): _text(m) for m in messages if m.get("role") == "tool"}
     hops: list[dict[str, Any]] = []
@@ -199,7 +199,7 @@ def _hops_so_far(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return hops
 
 
-def _rank_hits(hits: list[dict[str, str]], keywords: list[str]) -> list[dict[str, str]]:
+def rank_hits(hits: list[dict[str, str]], keywords: list[str]) -> list[dict[str, str]]:
     def overlap(hit: dict[str, str]) -> tuple[int, int]:
         words = set(query_tokens(f"{hit['title']} {hit['excerpt']}"))
         return (-len(words & set(keywords)), int(hit["rank"]))
@@ -244,7 +244,7 @@ def _sentences(text: str) -> list[str]:
 # ---------------------------------------------------------------------- answering
 
 
-def _answer(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> PolicyReply:
+def answer_from(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> PolicyReply:
     """The best-typed candidate near the question's words, from the last hop's documents
     (earlier hops' documents and hit excerpts count less)."""
     asked = set(query_tokens(question))
@@ -312,7 +312,7 @@ def _answer_pattern(question: str) -> re.Pattern[str]:
     return _NAME
 
 
-def _call(name: str, reason: str, **arguments: Any) -> PolicyReply:
+def tool_reply(name: str, reason: str, **arguments: Any) -> PolicyReply:
     return PolicyReply(tool_calls=[_tool_call(name, reason, **arguments)])
 
 

@@ -75,7 +75,8 @@ _SERVER_ERRORS = {
 
 
 def default_policies() -> dict[str, Policy]:
-    """The built-in registry: `offline/exact-match-judge` and, once it exists, the heuristic.
+    """The built-in registry: `offline/exact-match-judge` and, once they exist, the heuristic and
+    its long-horizon variant.
 
     The heuristic agent is imported here, not at module level, so that this module does not
     depend on it (and importing it stays cheap until a server is built).
@@ -91,6 +92,9 @@ def default_policies() -> dict[str, Policy]:
         log.warning("piserini_ray.offline.heuristic is missing; offline/heuristic not served")
     else:
         policies["offline/heuristic"] = heuristic_policy
+        from piserini_ray.offline.long_horizon import long_horizon_policy
+
+        policies["offline/long-horizon"] = long_horizon_policy
     return policies
 
 

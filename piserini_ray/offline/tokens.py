@@ -20,7 +20,7 @@ import hashlib
 import importlib.util
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,15 @@ def encoding() -> tiktoken.Encoding:
 
 def count_text_tokens(text: str | None) -> int:
     """Tokens of plain text; special-token strings such as `<|endoftext|>` count as text."""
-    return len(encoding().encode_ordinary(text)) if text else 0
+    return _count_tokens(text) if text else 0
+
+
+# Every request re-sends the whole conversation, and the server counts it twice (prompt and
+# cached prefix): remembering recent texts makes a 40-call conversation cost its new message,
+# not its whole history, in tokenizer time.
+@lru_cache(maxsize=8192)
+def _count_tokens(text: str) -> int:
+    return len(encoding().encode_ordinary(text))
 
 
 def content_text(content: Any) -> str:

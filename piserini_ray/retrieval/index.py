@@ -71,7 +71,7 @@ def find_index(corpus: Corpus, root: Path) -> Path | None:
     """The complete index of this corpus under `root`, if it was built."""
     if not root.exists():
         return None
-    with _locked(root):
+    with _locked(root / ".lock"):
         path = index_dir_for(corpus, root, corpus_fingerprint(corpus, root))
     return path if (path / "index.json").exists() else None
 
@@ -85,10 +85,15 @@ def build_index(
 ) -> Path:
     """Return the index folder of `corpus`, building it first if needed."""
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root):
+    with _locked(root / ".lock"):  # guards the shared fingerprint cache only
         fingerprint = corpus_fingerprint(corpus, root)
-        final = index_dir_for(corpus, root, fingerprint)
-        if (final / "index.json").exists():
+    final = index_dir_for(corpus, root, fingerprint)
+    if (final / "index.json").exists():
+        return final
+    # One lock per index: building one corpus never holds up runs that use another.
+    waiting = f"another process is building {final}; waiting for it"
+    with _locked(root / f".{final.name}.lock", on_wait=lambda: log(waiting)):
+        if (final / "index.json").exists():  # built while we waited
             return final
         log(f"building the index of {corpus.name} in {final}")
         started = time.monotonic()
@@ -179,10 +184,14 @@ def _run_child(tmp: Path, *args: str, heap: str) -> None:
 
 
 @contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+def _locked(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
