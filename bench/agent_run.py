@@ -2,7 +2,9 @@
 
 - per-turn framework overhead: charged time of a turn that is neither model nor tool time
   (p50, p99; goal p50 <= 5 ms);
-- the cached-token ratio the prefix-caching offline provider reports (goal >= 90 %);
+- the cached-token ratio the prefix-caching offline provider reports (goal >= 90 %), for the
+  heuristic (about 8 tool calls per query) and for `offline/long-horizon` (10-40, the paper's
+  range: its conversations have the paper's shape);
 - resume: a run directory holding 820 of 830 records; the time from Ray being up to the first
   new query starting (goal <= 10 s), and that exactly 10 run.
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,11 +65,12 @@ def resume_bench(folder: Path) -> tuple[float, int]:
         f"  qrels_evidence: {sample_dir() / 'qrels_evidence.txt'}\n"
     )
     config = load_config(folder / "config.yaml")
-    run_dir = folder / "run"
-    if not (run_dir / "records.jsonl").exists():
-        run_local(config, run_dir, concurrency=8, log=lambda _m: None)
-        lines = (run_dir / "records.jsonl").read_bytes().splitlines(keepends=True)
-        (run_dir / "records.jsonl").write_bytes(b"".join(lines[:820]))  # drop the last 10
+    base, run_dir = folder / "complete", folder / f"run-{int(time.time())}"
+    if not (base / "records.jsonl").exists():  # the 830-query run, made once
+        run_local(config, base, concurrency=8, log=lambda _m: None)
+    shutil.copytree(base, run_dir)
+    lines = (run_dir / "records.jsonl").read_bytes().splitlines(keepends=True)
+    (run_dir / "records.jsonl").write_bytes(b"".join(lines[:820]))  # drop the last 10
     before = len((run_dir / "records.jsonl").read_bytes().splitlines())
     command = [sys.executable, "-m", "piserini_ray.cli", "resume", str(run_dir)]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -82,28 +86,46 @@ def resume_bench(folder: Path) -> tuple[float, int]:
     return first - (ray_up or first), len(new)
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    run_dir = OUT / f"agent-run-{int(time.time())}"
-    run_local(load_config(None), run_dir, concurrency=8, log=lambda _m: None)
-    records = [
+def sample_run(model: str) -> list[QueryRecord]:
+    run_dir = OUT / f"agent-run-{model.replace('/', '-')}-{int(time.time())}"
+    run_local(load_config(None, {"model.name": model}), run_dir, concurrency=8, log=lambda _m: None)
+    return [
         QueryRecord.model_validate(orjson.loads(x))
         for x in (run_dir / "records.jsonl").read_bytes().splitlines()
     ]
+
+
+def cached_ratio(records: list[QueryRecord]) -> float:
+    return sum(r.usage.cached_tokens for r in records) / sum(r.usage.input_tokens for r in records)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    records = sample_run("offline/heuristic")
     overhead = [1000 * x for x in turn_overheads(records)]
-    tokens = sum(r.usage.input_tokens for r in records)
-    cached = sum(r.usage.cached_tokens for r in records)
-    ratio = cached / tokens
+    ratio = cached_ratio(records)
+    long_records = sample_run("offline/long-horizon")
+    long_ratio = cached_ratio(long_records)
+    calls, long_calls = (
+        statistics.mean(sum(r.tool_call_counts.values()) for r in rs)
+        for rs in (records, long_records)
+    )
     resume_seconds, resumed = resume_bench(OUT / "resume")
     p50 = statistics.median(overhead)
     rows = [
         ("per-turn overhead p50", f"{p50:.2f} ms", "<= 5 ms", p50 <= 5),
         ("per-turn overhead p99", f"{percentile(overhead, 0.99):.2f} ms", "-", None),
         (
-            "cached-token ratio (offline heuristic, sample)",
+            f"cached-token ratio, offline/heuristic ({calls:.1f} tool calls per query)",
             f"{100 * ratio:.1f} %",
             ">= 90 %",
             ratio >= 0.9,
+        ),
+        (
+            f"cached-token ratio, offline/long-horizon ({long_calls:.1f} tool calls per query)",
+            f"{100 * long_ratio:.1f} %",
+            ">= 90 %",
+            long_ratio >= 0.9,
         ),
         (
             "resume 820/830: Ray up -> first new query",

@@ -1,33 +1,42 @@
-"""Search latency at depth 1000: piserini_ray's fast path against pyserini's LuceneSearcher.
+"""Search latency at depth 1000: piserini_ray's fast path against pyserini's LuceneSearcher and
+Anserini's Java searcher called directly; the other two tools; the memory of one replica.
 
 Usage:
     python bench/search_latency.py                      # the embedded sample
     python bench/search_latency.py --synthetic 20000    # plus a synthetic corpus of N documents
+    python bench/search_latency.py --corpus bench/out/corpus   # plus `bench/corpus.py`'s corpus
 
 Prints a markdown table and appends it to bench/RESULTS.md with the machine, date and command.
 All paths run in one process on the same index and queries, interleaved, after a warm-up, so
-the ratios are comparable even on a noisy machine. Import times are measured in fresh processes.
+the ratios are comparable even on a noisy machine. Import times and the replica's memory are
+measured in fresh processes.
+
+"Anserini direct" is `SimpleSearcher.batch_search` (the Java searcher that pyserini wraps) called
+with one query at a time: one JNI call whose result stays in Java, so its time is Java's own.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 
-from piserini_ray.config import BenchmarkConfig, ToolsConfig, default_home
+from piserini_ray.config import BenchmarkConfig, ToolsConfig, default_home, load_config
 from piserini_ray.data import load_benchmark
 from piserini_ray.data.loaders import jsonl_corpus
-from piserini_ray.retrieval import BM25Searcher, build_index
+from piserini_ray.retrieval import BM25Searcher, build_index, read_index_info
 from piserini_ray.retrieval.jvm import autoclass
 from piserini_ray.retrieval.searcher import PyseriniReference
 from piserini_ray.tools import ToolSession
@@ -71,15 +80,24 @@ def measure(index: Path, queries: list[str], rounds: int) -> dict[str, list[floa
     reference = PyseriniReference(index)
     lucene = ours._searcher  # the Lucene IndexSearcher alone: the floor under every path
     generator, analyzer, sort = ours._generator, ours._analyzer, ours._sort
+    java_list = autoclass("java.util.ArrayList")
+    anserini = reference.searcher.object  # io.anserini.search.SimpleSearcher
 
     def lucene_only(q: str) -> None:
         lucene.search(generator.buildQuery("contents", analyzer, q), 1000, sort, True)
+
+    def anserini_direct(q: str) -> None:
+        batch, qid = java_list(), java_list()
+        batch.add(q)
+        qid.add("q")
+        anserini.batch_search(batch, qid, 1000, 1)
 
     def tool(q: str) -> None:
         ToolSession(ours, ToolsConfig()).call("search", {"reason": "bench", "query": q})
 
     paths = {
         "lucene IndexSearcher only (no hits read)": lucene_only,
+        "Anserini SimpleSearcher, direct (Java)": anserini_direct,
         "piserini_ray BM25Searcher.search": lambda q: ours.search(q),
         "piserini_ray search tool (ranking + page 1)": tool,
         "pyserini LuceneSearcher.search": lambda q: reference.searcher.search(q, 1000),
@@ -88,30 +106,116 @@ def measure(index: Path, queries: list[str], rounds: int) -> dict[str, list[floa
         for fn in paths.values():
             fn(q)
     times: dict[str, list[float]] = {name: [] for name in paths}
+    times |= {"read_search_results (page 2)": [], "read_document (first page, top hit)": []}
     for _ in range(rounds):
         for q in queries:
             for name, fn in paths.items():
                 started = time.perf_counter()
                 fn(q)
                 times[name].append((time.perf_counter() - started) * 1000)
+            session = ToolSession(ours, ToolsConfig())
+            first = session.call("search", {"reason": "bench", "query": q})
+            search_id, docid = _first_search(first.text)
+            for name, call, arguments in (
+                ("read_search_results (page 2)", "read_search_results", {"search_id": search_id}),
+                ("read_document (first page, top hit)", "read_document", {"docid": docid}),
+            ):
+                if arguments[next(iter(arguments))] is None:
+                    continue
+                started = time.perf_counter()
+                session.call(
+                    call,
+                    {"reason": "bench", **arguments, "offset": 6}
+                    if call == "read_search_results"
+                    else {"reason": "bench", **arguments},
+                )
+                times[name].append((time.perf_counter() - started) * 1000)
     return times
+
+
+def _first_search(text: str) -> tuple[str | None, str | None]:
+    search = re.search(r"^Search (s\d+) for ", text, re.M)
+    hit = re.search(r"^\[1\] docid: (\S+)", text, re.M)
+    return (search[1] if search else None), (hit[1] if hit else None)
+
+
+MEMORY_PROBE = """
+import json, re, sys
+from pathlib import Path
+from piserini_ray.config import RetrievalConfig, ToolsConfig
+from piserini_ray.retrieval import open_searcher
+from piserini_ray.retrieval.jvm import autoclass
+from piserini_ray.tools import ToolSession
+index, queries = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+searcher = open_searcher(index, RetrievalConfig())  # a replica's settings (JVM heap included)
+for i in range(1000):
+    session = ToolSession(searcher, ToolsConfig())
+    text = session.call("search", {"reason": "m", "query": queries[i % len(queries)]}).text
+    hit = re.search(r"^\\[1\\] docid: (\\S+)", text, re.M)
+    if hit:
+        session.call("read_document", {"reason": "m", "docid": hit[1]})
+rollup = {}
+for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+    key, value = line.split(":")
+    rollup[key] = int(value.split()[0]) * 1024
+runtime = autoclass("java.lang.Runtime").getRuntime()
+rollup["jvm_heap_used"] = runtime.totalMemory() - runtime.freeMemory()
+rollup["jvm_heap_committed"] = runtime.totalMemory()
+print(json.dumps(rollup))
+"""
+
+
+def replica_memory(index: Path, queries: list[str]) -> dict[str, int]:
+    """/proc smaps_rollup of a fresh process that opened the index as a replica does and ran
+    1,000 searches (each followed by opening its top hit)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(queries, f)
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(index), f.name],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_corpus_queries(folder: Path, count: int, seed: int = 0) -> list[str]:
+    """`bench/corpus.py`'s rare-term queries, plus as many BrowseComp-like long queries: 8-20
+    words of the Zipfian vocabulary's middle ranks."""
+    rare = [orjson.loads(x)["query"] for x in (folder / "queries.jsonl").read_bytes().splitlines()]
+    rng = random.Random(seed)
+    long = [
+        " ".join(f"w{rng.randint(50, 20_000)}" for _ in range(rng.randint(8, 20)))
+        for _ in range(count // 2)
+    ]
+    return [q for pair in zip(rare[: count // 2], long, strict=False) for q in pair]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", type=int, default=0, help="also bench N synthetic docs")
+    parser.add_argument("--corpus", type=Path, help="also bench a `bench/corpus.py` folder")
+    parser.add_argument("--queries", type=int, default=300, help="queries on --corpus")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     root = default_home() / "indexes"
     sample = load_benchmark(BenchmarkConfig())
     targets = [("embedded sample (1,890 docs)", build_index(sample.corpus, root),
-                [q.query for q in sample.queries])]  # fmt: skip
+                [q.query for q in sample.queries], args.rounds)]  # fmt: skip
     if args.synthetic:
         path, queries = synthetic_corpus(args.synthetic, default_home())
         started = time.perf_counter()
         index = build_index(jsonl_corpus(path, name=f"synthetic-{args.synthetic}"), root)
         print(f"synthetic index ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        targets.append((f"synthetic ({args.synthetic:,} docs)", index, queries))
+        targets.append((f"synthetic ({args.synthetic:,} docs)", index, queries, args.rounds))
+    if args.corpus:
+        corpus = load_benchmark(load_config(args.corpus / "config.yaml").benchmark).corpus
+        index = build_index(corpus, root, log=lambda m: print(m, file=sys.stderr))
+        queries = bench_corpus_queries(args.corpus, args.queries)
+        docs = read_index_info(index).num_docs
+        targets.append((f"bench/corpus.py ({docs:,} docs)", index, queries, 1))
 
     java_version = autoclass("java.lang.System").getProperty("java.version")
     lines = [
@@ -121,18 +225,47 @@ def main() -> None:
         f"{platform.python_version()}, Java {java_version}. "
         f"Command: `python bench/{Path(__file__).name} {' '.join(sys.argv[1:])}`",
         "",
-        "| corpus | path | p50 ms | p90 ms | speed-up of p50 over LuceneSearcher |",
-        "|---|---|---:|---:|---:|",
+        "| corpus | path | queries | p50 ms | p90 ms | p50 / Anserini direct p50 |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for label, index, queries in targets:
-        times = measure(index, queries, args.rounds)
-        base = statistics.median(times["pyserini LuceneSearcher.search"])
+    goals = []
+    for label, index, queries, rounds in targets:
+        times = measure(index, queries, rounds)
+        base = statistics.median(times["Anserini SimpleSearcher, direct (Java)"])
         for name, values in times.items():
             p50 = statistics.median(values)
             lines.append(
-                f"| {label} | {name} | {p50:.2f} | {percentile(values, 0.9):.2f} | "
-                f"{base / p50:.1f}x |"
+                f"| {label} | {name} | {len(values)} | {p50:.2f} | "
+                f"{percentile(values, 0.9):.2f} | {p50 / base:.2f} |"
             )
+        ours_p50 = statistics.median(times["piserini_ray search tool (ranking + page 1)"])
+        ratio = ours_p50 / base
+        goals.append(
+            f"- {label}: our search tool p50 {ours_p50:.2f} ms = {ratio:.2f}x the direct Java "
+            f"p50 {base:.2f} ms (goal <= 2.0x: {'met' if ratio <= 2.0 else 'MISSED'})"
+        )
+    lines += ["", *goals]
+    label, index, queries, _ = targets[-1]
+    memory = replica_memory(index, queries)
+    gib = 2**30
+    private = memory["Anonymous"]
+    lines += [
+        "",
+        f"One replica's memory after 1,000 searches (each opening its top hit) on {label}, "
+        "from /proc/self/smaps_rollup of a fresh process with a replica's settings "
+        "(JVM heap cap 1g):",
+        "",
+        "| memory | GiB |",
+        "|---|---:|",
+        f"| private (anonymous: Python, JVM heap and native) | {private / gib:.3f} |",
+        f"| file-backed resident (index and docstore pages, shared page cache) | "
+        f"{(memory['Rss'] - private) / gib:.3f} |",
+        f"| RSS | {memory['Rss'] / gib:.3f} |",
+        f"| JVM heap used / committed | {memory['jvm_heap_used'] / gib:.3f} / "
+        f"{memory['jvm_heap_committed'] / gib:.3f} |",
+        "",
+        f"Private memory goal <= 1.0 GiB: {'met' if private <= gib else 'MISSED'}.",
+    ]
     ours = import_seconds(
         "from piserini_ray.retrieval import jvm; jvm.boot_jvm(); "
         "from piserini_ray.retrieval import BM25Searcher"

@@ -26,6 +26,7 @@ from piserini_ray.offline import (
     Scripted,
     default_policies,
 )
+from piserini_ray.offline.long_horizon import MAX_CALLS, MIN_CALLS, planned_calls
 from piserini_ray.store import QueryRecord, RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
@@ -167,6 +168,22 @@ def test_heuristic_exercises_every_tool_and_the_answer_format(searcher, provider
     assert record.status == "completed"
     assert set(record.tool_call_counts) == {"search", "read_search_results", "read_document"}
     assert record.exact_answer and not record.confidence_missing
+
+
+def test_long_horizon_makes_its_planned_number_of_calls(searcher, provider, sample) -> None:
+    """The paper's conversation shape: 10-40 tool calls, one per turn, then an answer; a long
+    history is mostly a cached prefix."""
+    record, _ = _run(searcher, provider, sample, "offline/long-horizon")
+    planned = planned_calls(sample.query(QUESTION_ID).query)
+    assert MIN_CALLS <= planned <= MAX_CALLS
+    assert record.status == "completed" and record.exact_answer
+    assert sum(record.tool_call_counts.values()) == planned == len(record.trajectory) - 1
+    assert set(record.tool_call_counts) == {"search", "read_search_results", "read_document"}
+    searches = [c.arguments for t in record.trajectory for c in t.tool_calls if c.name == "search"]
+    assert len(set(searches)) > 1  # each search tries another window of the question
+    assert record.usage.cached_tokens / record.usage.input_tokens > 0.9
+    spread = {planned_calls(q.query) for q in sample.queries}
+    assert min(spread) == MIN_CALLS and max(spread) == MAX_CALLS  # the whole range is used
 
 
 # ---------------------------------------------------------------- budget

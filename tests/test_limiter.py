@@ -41,6 +41,20 @@ def test_tokens_per_window() -> None:
     assert limiter.try_acquire(600, "b")[0]
 
 
+def test_token_window_holds_what_calls_really_used() -> None:
+    """A grant reserves the estimate; the release puts the provider's count in its place, so
+    an estimate that was too high frees the quota and one that was too low fills it."""
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=1000, window_margin=0), clock)
+    assert limiter.try_acquire(900, "a")[0]
+    assert not limiter.try_acquire(200, "b")[0]
+    limiter.release("a", tokens=300)  # the estimate was three times too high
+    assert limiter.try_acquire(600, "b")[0]
+    limiter.release("b", tokens=700)  # and this one too low: the window is now full
+    assert not limiter.try_acquire(1, "c")[0]
+    limiter.release("c")  # a call that reports no usage keeps its estimate
+
+
 def test_aimd_concurrency_and_cooldown() -> None:
     clock = Clock()
     config = RateLimitConfig(initial_concurrency=8, clean_period=10, decrease_factor=0.5)

@@ -92,3 +92,28 @@ def test_key_values_are_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_key_names_not_values_in_config() -> None:
     with pytest.raises(ValueError, match="NAME of an environment variable"):
         ModelConfig(name="gpt-5", api_key_env="sk-live-123456-abc")
+
+
+def test_the_limiter_learns_the_tokens_a_call_really_used() -> None:
+    """Over real HTTP: the slot was granted on a rough estimate; the release carries the
+    provider's prompt + completion count, which is what a token quota must be filled with."""
+    import asyncio
+
+    from piserini_ray.config import RateLimitConfig
+    from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
+    from piserini_ray.offline import OfflineProvider
+
+    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=1_000_000))
+    with OfflineProvider() as provider:
+        client = LLMClient(
+            ModelConfig(name="offline/exact-match-judge"),
+            RetryConfig(),
+            api_base=provider.base_url,
+            limiter=LocalLimiter(limiter),
+        )
+        messages = [{"role": "user", "content": "Exact Answer: 42\nCorrect Answer: 42"}]
+        asyncio.run(client.complete(messages, estimated_tokens=5_000))
+        served = provider.requests[-1].usage
+    assert served is not None
+    ((_, counted),) = limiter._closed
+    assert counted == served.prompt_tokens + served.completion_tokens != 5_000

@@ -30,7 +30,7 @@ class Limiter(Protocol):
     """Admission control before each attempt (the cluster-wide rate limiter implements it)."""
 
     async def acquire(self, estimated_tokens: int) -> None: ...
-    def report(self, failure: Failure | None) -> None: ...
+    def report(self, failure: Failure | None, tokens: int | None = None) -> None: ...
 
 
 class WaitTracker(Protocol):
@@ -164,16 +164,18 @@ class LLMClient:
                 waited += time.monotonic() - started
             started = time.monotonic()
             failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
+            used: int | None = None
             try:
                 response = await litellm.acompletion(messages=messages, api_key=api_key, **params)
                 failure = None
+                used = _tokens_used(response)
             except Exception as exc:
                 failure = classify(exc)
                 raise
             finally:
                 model_seconds += time.monotonic() - started
                 if self.limiter is not None:  # also when cancelled: the slot must come back
-                    self.limiter.report(failure)
+                    self.limiter.report(failure, used)
             return response
 
         try:
@@ -185,6 +187,13 @@ class LLMClient:
             scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
             raise RetryError(scrubbed, attempts) from None
         return _completion(response, model_seconds, waited, attempts, failures)
+
+
+def _tokens_used(response: Any) -> int | None:
+    """Prompt + completion tokens the provider reports (None when it reports none)."""
+    usage = getattr(response, "usage", None)
+    total = getattr(usage, "total_tokens", None)
+    return total if isinstance(total, int) and total > 0 else None
 
 
 def _completion(

@@ -99,13 +99,20 @@ class RateLimiter:
         return True, 0.0
 
     def release(
-        self, caller: str = "", outcome: Outcome = "ok", retry_after: float | None = None
+        self,
+        caller: str = "",
+        outcome: Outcome = "ok",
+        retry_after: float | None = None,
+        tokens: int | None = None,
     ) -> None:
-        """Give the caller's slot back and learn from how the call went."""
+        """Give the caller's slot back and learn from how the call went. `tokens`: what the
+        call really used (prompt + completion, from the provider's usage); it replaces the
+        estimate the slot was granted with, so a token quota is filled by real counts."""
         now = self._now()
         in_flight = len(self._open)  # this call included
         if caller in self._open:
-            self._closed.append((now, self._open.pop(caller)))
+            estimate = self._open.pop(caller)
+            self._closed.append((now, estimate if tokens is None else tokens))
         if outcome == "rate_limit":
             self.rate_limited += 1
             sent = min(self.limit, max(in_flight, 1))
@@ -165,8 +172,8 @@ class LocalLimiter:
             self.limiter.forget(caller)
             raise
 
-    def report(self, failure: Failure | None) -> None:
-        self.limiter.release(caller_id(), *outcome_of(failure))
+    def report(self, failure: Failure | None, tokens: int | None = None) -> None:
+        self.limiter.release(caller_id(), *outcome_of(failure), tokens=tokens)
 
 
 def caller_id() -> str:

@@ -74,6 +74,9 @@ class OfflineConfig(_Strict):
     faults: FaultRates = FaultRates()
     hang_seconds: float = Field(3600.0, gt=0)
     seed: int = 0
+    #: Recent requests that `OfflineProvider.requests` keeps, conversations included; older ones
+    #: are dropped, so a long rehearsal's memory stays flat.
+    request_log: int = Field(1000, ge=1)
 
 
 ScriptedKind = Literal[

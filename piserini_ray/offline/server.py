@@ -158,7 +158,9 @@ class _App:
         self.config = config
         self.policies = dict(policies)
         self.lock = threading.Lock()  # guards everything below against the test thread
-        self.records: list[RecordedRequest] = []
+        # The most recent requests only: each holds its whole conversation, so keeping all of a
+        # long rehearsal's (21,000 requests of 40-call conversations) would take gigabytes.
+        self.records: deque[RecordedRequest] = deque(maxlen=config.request_log)
         self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._seq = itertools.count(1)
@@ -418,8 +420,11 @@ class _App:
         ).hexdigest()[:16]
         if not self.config.prefix_caching:
             return conversation, 0
-        tools_json = orjson.dumps(tools or [], option=orjson.OPT_SORT_KEYS)
-        items = [tools_json] + [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in messages]
+        # Digests, not the messages: the cache holds thousands of long conversations.
+        items = [
+            hashlib.blake2b(orjson.dumps(x, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+            for x in [tools or [], *messages]
+        ]
         head = hashlib.sha256(model.encode() + b"\0" + b"\0".join(items[:2])).hexdigest()
         with self.lock:
             previous = self.conversations.pop(conversation, [])
@@ -713,7 +718,8 @@ class OfflineProvider:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """A snapshot of the chat requests handled so far, in completion order."""
+        """A snapshot of the chat requests handled so far (the last `config.request_log`), in
+        completion order."""
         with self._app.lock:
             return list(self._app.records)
 

@@ -43,8 +43,10 @@ class LimiterActor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.released.wait(), timeout=wait)
 
-    async def release(self, caller: str, outcome: Outcome, retry_after: float | None) -> None:
-        self.limiter.release(caller, outcome, retry_after)
+    async def release(
+        self, caller: str, outcome: Outcome, retry_after: float | None, tokens: int | None = None
+    ) -> None:
+        self.limiter.release(caller, outcome, retry_after, tokens)
         async with self.released:
             self.released.notify_all()
 
@@ -87,9 +89,9 @@ class RemoteLimiter:
                 self.handle.abandon.remote(caller)
             raise
 
-    def report(self, failure: Failure | None) -> None:
+    def report(self, failure: Failure | None, tokens: int | None = None) -> None:
         if not self.gone:
-            self.handle.release.remote(caller_id(), *outcome_of(failure))
+            self.handle.release.remote(caller_id(), *outcome_of(failure), tokens)
 
 
 def start_limiter(name: str, config: RateLimitConfig) -> Any:
