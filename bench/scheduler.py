@@ -16,12 +16,13 @@ by the question) over the real tools and index. Model latency is log-normal with
 - makespan: first query start to last query end (Ray start and replica warm-up are excluded and
   reported apart, as "setup").
 
-Scenarios: `free` (1 node, no quotas), `quota` (1 node, an RPM quota that binds: its bound is
-about 1.25x the work bound), `nodes` (`free` on 2 simulated nodes of `ray.cluster_utils.Cluster`,
-compared with `free` for throughput). Nodes are simulated on one machine: each has 1 CPU and one
-replica; the head (driver, offline provider, limiter) has none.
+Scenarios: `free` (1 node, no quotas); `nodes` (`free` on 2 simulated nodes of
+`ray.cluster_utils.Cluster`, compared with `free` for throughput); `requests` and `tokens` (1
+node, an RPM or a TPM quota that binds: its bound is 1.25x the `free` run's work bound). Nodes
+are simulated on one machine: each has 1 CPU and one replica; the head (driver, offline
+provider, limiter) has none.
 
-    python bench/scheduler.py                      # all three, appends to bench/RESULTS.md
+    python bench/scheduler.py                      # all four, appends to bench/RESULTS.md
     python bench/scheduler.py --queries 100 --scenarios free   # a quick pilot
 """
 
@@ -122,7 +123,8 @@ def run_scenario(
     nodes: int,
     slots_per_node: int,
     scale: float,
-    rpm: int | None,
+    rpm: int | None = None,
+    tpm: int | None = None,
 ) -> Outcome:
     run_dir = OUT / f"{name}-{int(time.time())}"
     started = time.time()
@@ -142,9 +144,9 @@ def run_scenario(
         "runtime.max_concurrency": slots_per_node,
         "runtime.placement": "spread",
     }
-    if rpm is not None:
-        overrides |= {"offline.quotas": {"requests_per_minute": rpm}}
-        overrides |= {"model.rate_limit": {"requests_per_minute": rpm}}
+    if rpm or tpm:  # the provider enforces the quota, the limiter is told the same numbers
+        quota = {"requests_per_minute": rpm, "tokens_per_minute": tpm}
+        overrides |= {"offline.quotas": quota, "model.rate_limit": quota}
     config = load_config(config_path, overrides)
     busy_before, total_before = _cpu_busy()
     try:
@@ -176,7 +178,7 @@ def run_scenario(
         setup=min(starts) - started,
         work_bound=sum(work) / (nodes * slots_per_node),
         rpm_bound=requests / rpm * quota_window if rpm else 0.0,
-        tpm_bound=0.0,
+        tpm_bound=tokens / tpm * quota_window if tpm else 0.0,
         longest=max(work),
         cpu_percent=cpu_percent,
         rate_limited=sum(
@@ -198,20 +200,40 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=830)
     parser.add_argument("--scale", type=float, default=0.25, help="latency time scale")
     parser.add_argument("--slots", type=int, default=24, help="queries at once per node")
-    parser.add_argument("--scenarios", default="free,quota,nodes")
+    parser.add_argument("--scenarios", default="free,nodes,requests,tokens")
     parser.add_argument("--no-record", action="store_true", help="print, do not append")
     args = parser.parse_args()
     config_path, planned = write_queries(OUT / f"queries-{args.queries}", args.queries)
     scenarios = args.scenarios.split(",")
     outcomes: list[Outcome] = []
-    # The quota scenario's RPM makes requests / RPM about 1.25x the expected work bound.
+    if "tokens" in scenarios and "free" not in scenarios[: scenarios.index("tokens")]:
+        parser.error("the tokens scenario takes its TPM from a free run: list free before it")
+    # The quota scenarios set RPM (or TPM) so that requests / RPM (or tokens / TPM) is 1.25x the
+    # work bound: from the `free` run's measured figures when it ran first, else from the plan
+    # (RPM only: tokens are not known before a run).
     expected_work = planned * MEAN_LATENCY * args.scale / args.slots
     rpm = int(planned / (1.25 * expected_work / 60))
+    tpm: int | None = None
+    quotas: list[str] = []
     for name in scenarios:
-        nodes = 2 if name == "nodes" else 1
-        quota = rpm if name == "quota" else None
-        outcomes.append(run_scenario(name, config_path, nodes, args.slots, args.scale, quota))
-        print(outcomes[-1], file=sys.stderr)
+        outcome = run_scenario(
+            name,
+            config_path,
+            nodes=2 if name == "nodes" else 1,
+            slots_per_node=args.slots,
+            scale=args.scale,
+            rpm=rpm if name == "requests" else None,
+            tpm=tpm if name == "tokens" else None,
+        )
+        outcomes.append(outcome)
+        print(outcome, file=sys.stderr)
+        if name == "free":
+            rpm = int(outcome.requests / (1.25 * outcome.work_bound / 60))
+            tpm = int(outcome.tokens / (1.25 * outcome.work_bound / 60))
+        if name == "requests":
+            quotas.append(f"{rpm:,} RPM in `requests`")
+        if name == "tokens":
+            quotas.append(f"{tpm:,} TPM in `tokens`")
     lines = [
         f"## Scheduler efficiency ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
         "",
@@ -220,7 +242,7 @@ def main() -> None:
         f"{' '.join(sys.argv[1:])}`. {args.queries} queries of `offline/long-horizon` "
         f"(10-40 tool calls each), log-normal latency mean {MEAN_LATENCY * args.scale:.2f} s "
         f"(2 s x {args.scale}), {args.slots} queries at once per node"
-        + (f", quota scenario at {rpm} RPM." if "quota" in scenarios else "."),
+        + (f"; quotas: {', '.join(quotas)}." if quotas else "."),
         "",
         "| scenario | nodes | slots | requests | makespan s | bound s (binding term) | "
         "efficiency | goal | queries/min | machine CPU % | setup s | 429s |",
