@@ -4,16 +4,26 @@ vocabulary, seeded; plus queries built from rare terms of chosen documents, so t
 qrels are known.
 
     python bench/corpus.py --docs 100195 --queries 830 --out bench/out/corpus
-    # then: piserini-ray index --config bench/out/corpus/config.yaml
+    python bench/corpus.py --index       # also build the index; appends to bench/RESULTS.md
+    # or later: piserini-ray index --config bench/out/corpus/config.yaml
 
-Writes corpus.jsonl, queries.jsonl, qrels_evidence.txt, qrels_gold.txt and a config.yaml.
+Writes corpus.jsonl, queries.jsonl, qrels_evidence.txt, qrels_gold.txt, a config.yaml and
+params.json; a folder already holding the same parameters' corpus is not written again. Lengths
+are counted in words: the vocabulary's words ("w123") are not English, so a tokenizer's count of
+them would say nothing about BrowseComp-Plus; at ~1.33 tokens a word, 1,500 words is ~2,000
+tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import platform
 import random
+import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +45,10 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
         rng.lognormal(math.log(MEDIAN_WORDS), SIGMA, size=docs).astype(int) + 20, 120_000
     )
     chosen = set(random.Random(seed).sample(range(docs), min(queries * 3, docs)))
+    params = {"docs": docs, "queries": queries, "seed": seed, "vocabulary": VOCABULARY}
+    done = out / "params.json"
+    if done.exists() and orjson.loads(done.read_bytes()) == params:
+        return _length_stats(lengths + 3 * np.isin(np.arange(docs), sorted(chosen)))
     rare: dict[int, list[str]] = {}
     vocabulary = [f"w{w}" for w in range(VOCABULARY)]
     cdf = np.cumsum(zipf)
@@ -67,9 +81,13 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
         "  corpus: corpus.jsonl\n  qrels_evidence: qrels_evidence.txt\n"
         "  qrels_gold: qrels_gold.txt\n"
     )
-    words = lengths + 3 * np.isin(np.arange(docs), picked)
+    done.write_bytes(orjson.dumps(params))
+    return _length_stats(lengths + 3 * np.isin(np.arange(docs), picked))
+
+
+def _length_stats(words: np.ndarray) -> dict[str, float]:
     return {
-        "docs": docs,
+        "docs": len(words),
         "median_words": float(np.median(words)),
         "p90_words": float(np.percentile(words, 90)),
         "mean_words": float(words.mean()),
@@ -84,22 +102,57 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/out/corpus"))
     parser.add_argument("--index", action="store_true", help="also build the index and time it")
     args = parser.parse_args()
-    print(generate(args.out, args.docs, args.queries, args.seed))
-    if args.index:
-        import time
+    started = time.monotonic()
+    stats = generate(args.out, args.docs, args.queries, args.seed)
+    written = time.monotonic() - started
+    print(stats)
+    if not args.index:
+        return
+    from piserini_ray.config import load_config
+    from piserini_ray.data import load_benchmark
+    from piserini_ray.retrieval import ensure_index, read_index_info
 
-        from piserini_ray.config import load_config
-        from piserini_ray.data import load_benchmark
-        from piserini_ray.retrieval import ensure_index
-
-        config = load_config(args.out / "config.yaml")
-        started = time.monotonic()
-        index = ensure_index(load_benchmark(config.benchmark).corpus, config.retrieval, print)
-        size = sum(p.stat().st_size for p in (index / "lucene").iterdir())
-        print(
-            f"index {index}: built in {time.monotonic() - started:.1f} s, Lucene files "
-            f"{size / 2**30:.2f} GiB"
-        )
+    config = load_config(args.out / "config.yaml")
+    index = ensure_index(load_benchmark(config.benchmark).corpus, config.retrieval, print)
+    info = read_index_info(index)
+    lucene = sum(p.stat().st_size for p in (index / "lucene").iterdir())
+    everything = sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
+    source = (args.out / "corpus.jsonl").stat().st_size
+    gib = 2**30
+    rows = [
+        ("documents", f"{info.num_docs:,}", "100,195"),
+        (
+            "median length",
+            f"{stats['median_words']:,.0f} words (~{1.33 * stats['median_words']:,.0f} tokens)",
+            "~2,000 tokens",
+        ),
+        (
+            "90th percentile length",
+            f"{stats['p90_words']:,.0f} words (~{1.33 * stats['p90_words']:,.0f} tokens)",
+            "~14,000 tokens",
+        ),
+        ("mean length", f"{stats['mean_words']:,.0f} words", "~5,179 words"),
+        ("corpus.jsonl", f"{source / gib:.2f} GiB (written in {written:.0f} s)", "-"),
+        ("index build (Anserini, 2 threads, + docstore)", f"{info.build_seconds:.0f} s", "-"),
+        ("Lucene index (positions, raw documents stored)", f"{lucene / gib:.2f} GiB", "-"),
+        ("whole index folder (Lucene + docstore + tables)", f"{everything / gib:.2f} GiB", "-"),
+    ]
+    lines = [
+        f"## BrowseComp-shaped corpus ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}. Command: `python bench/corpus.py "
+        f"{' '.join(sys.argv[1:])}`. Index {index.name}, built {info.built_at}.",
+        "",
+        "| figure | measured | BrowseComp-Plus |",
+        "|---|---:|---:|",
+        *[f"| {name} | {value} | {target} |" for name, value, target in rows],
+        "",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    with open(Path(__file__).parent / "RESULTS.md", "a") as f:
+        f.write("\n" + table)
 
 
 if __name__ == "__main__":

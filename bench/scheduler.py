@@ -245,14 +245,16 @@ def main() -> None:
         + (f"; quotas: {', '.join(quotas)}." if quotas else "."),
         "",
         "| scenario | nodes | slots | requests | makespan s | bound s (binding term) | "
-        "efficiency | goal | queries/min | machine CPU % | setup s | 429s |",
+        "efficiency | goal >= 0.95 | queries/min | machine CPU % | setup s | 429s |",
         "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     for o in outcomes:
-        met = "met" if o.efficiency >= 0.95 else "MISSED"
+        # The efficiency goal is for one node with and without quotas; `nodes` has the
+        # throughput goal below.
+        met = "-" if o.scenario == "nodes" else "met" if o.efficiency >= 0.95 else "MISSED"
         lines.append(
             f"| {o.scenario} | {o.nodes} | {o.slots} | {o.requests:,} | {o.makespan:.1f} | "
-            f"{o.bound:.1f} ({o.binding}) | {o.efficiency:.3f} | >= 0.95: {met} | "
+            f"{o.bound:.1f} ({o.binding}) | {o.efficiency:.3f} | {met} | "
             f"{o.throughput:.1f} | {o.cpu_percent:.0f} | {o.setup:.1f} | {o.rate_limited} |"
         )
     by_name = {o.scenario: o for o in outcomes}

@@ -39,7 +39,7 @@ from piserini_ray.data.loaders import jsonl_corpus
 from piserini_ray.retrieval import BM25Searcher, build_index, read_index_info
 from piserini_ray.retrieval.jvm import autoclass
 from piserini_ray.retrieval.searcher import PyseriniReference
-from piserini_ray.tools import ToolSession
+from piserini_ray.tools import ToolResult, ToolSession
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -114,28 +114,27 @@ def measure(index: Path, queries: list[str], rounds: int) -> dict[str, list[floa
                 fn(q)
                 times[name].append((time.perf_counter() - started) * 1000)
             session = ToolSession(ours, ToolsConfig())
-            first = session.call("search", {"reason": "bench", "query": q})
-            search_id, docid = _first_search(first.text)
-            for name, call, arguments in (
-                ("read_search_results (page 2)", "read_search_results", {"search_id": search_id}),
-                ("read_document (first page, top hit)", "read_document", {"docid": docid}),
-            ):
-                if arguments[next(iter(arguments))] is None:
+            search_id, docid = _first_search(session.call("search", {"reason": "b", "query": q}))
+            follow_ups = {
+                "read_search_results (page 2)": (
+                    "read_search_results",
+                    {"search_id": search_id, "offset": 6},
+                ),
+                "read_document (first page, top hit)": ("read_document", {"docid": docid}),
+            }
+            for name, (tool_name, arguments) in follow_ups.items():
+                if None in arguments.values():
                     continue
                 started = time.perf_counter()
-                session.call(
-                    call,
-                    {"reason": "bench", **arguments, "offset": 6}
-                    if call == "read_search_results"
-                    else {"reason": "bench", **arguments},
-                )
+                session.call(tool_name, {"reason": "bench", **arguments})
                 times[name].append((time.perf_counter() - started) * 1000)
     return times
 
 
-def _first_search(text: str) -> tuple[str | None, str | None]:
-    search = re.search(r"^Search (s\d+) for ", text, re.M)
-    hit = re.search(r"^\[1\] docid: (\S+)", text, re.M)
+def _first_search(result: ToolResult) -> tuple[str | None, str | None]:
+    """The search id and the top hit's docid in a search tool's output."""
+    search = re.search(r"^Search (s\d+) for ", result.output, re.M)
+    hit = re.search(r"^\[1\] docid: (\S+)", result.output, re.M)
     return (search[1] if search else None), (hit[1] if hit else None)
 
 
@@ -150,7 +149,7 @@ index, queries = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
 searcher = open_searcher(index, RetrievalConfig())  # a replica's settings (JVM heap included)
 for i in range(1000):
     session = ToolSession(searcher, ToolsConfig())
-    text = session.call("search", {"reason": "m", "query": queries[i % len(queries)]}).text
+    text = session.call("search", {"reason": "m", "query": queries[i % len(queries)]}).output
     hit = re.search(r"^\\[1\\] docid: (\\S+)", text, re.M)
     if hit:
         session.call("read_document", {"reason": "m", "docid": hit[1]})
@@ -168,16 +167,16 @@ print(json.dumps(rollup))
 def replica_memory(index: Path, queries: list[str]) -> dict[str, int]:
     """/proc smaps_rollup of a fresh process that opened the index as a replica does and ran
     1,000 searches (each followed by opening its top hit)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(queries, f)
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    out = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, str(index), f.name],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "queries.json").write_text(json.dumps(queries))
+        out = subprocess.run(
+            [sys.executable, "-c", MEMORY_PROBE, str(index), str(Path(tmp) / "queries.json")],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -116,6 +116,16 @@ def test_default_registry_serves_the_judge() -> None:
     assert default_policies()["offline/exact-match-judge"] is exact_match_judge_policy
 
 
+def test_request_log_keeps_the_most_recent_only() -> None:
+    """Each logged request holds its whole conversation: a long rehearsal keeps the last few."""
+    with OfflineProvider(OfflineConfig(request_log=3), POLICIES) as provider:
+        for i in range(5):
+            assert post(provider, chat_body(conversation(f"question {i}"))).status_code == 200
+        logged = provider.requests
+    assert [r.seq for r in logged] == [3, 4, 5]
+    assert [r.messages[-1]["content"] for r in logged] == [f"question {i}" for i in (2, 3, 4)]
+
+
 def test_serve_blocks_until_ctrl_c() -> None:
     code = "from piserini_ray.offline import serve; serve()"
     process = subprocess.Popen(
