@@ -1,7 +1,7 @@
 """The limiter's rules on a fake clock (the cluster-wide behaviour is in test_runtime.py)."""
 
 from piserini_ray.config import RateLimitConfig
-from piserini_ray.llm.limiter import RateLimiter
+from piserini_ray.llm.limiter import RateLimiter, new_ticket
 
 
 class Clock:
@@ -27,6 +27,22 @@ def test_requests_per_window_count_until_a_window_after_return() -> None:
     assert limiter.stats().waiting == 1
     clock.t += 60
     assert limiter.try_acquire(0, "c")[0] and limiter.stats().waiting == 0
+
+
+def test_a_release_that_arrives_after_the_next_acquire_still_counts_both() -> None:
+    """Ray does not order an async actor's calls: one query's next `acquire` can be handled
+    before the `release` of its previous call. Each grant has its own ticket, so both calls
+    count against the quota (keyed by caller, the second grant overwrote the first and the
+    provider later answered 429s)."""
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(requests_per_minute=2, window_margin=0), clock)
+    first, second = new_ticket(), new_ticket()
+    assert first != second
+    assert limiter.try_acquire(0, first)[0]
+    assert limiter.try_acquire(0, second)[0]  # the same query's next call, release not yet in
+    limiter.release(first)
+    assert not limiter.try_acquire(0, new_ticket())[0]  # two calls in the window, not one
+    assert limiter.stats().in_flight == 1
 
 
 def test_tokens_per_window() -> None:

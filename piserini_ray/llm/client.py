@@ -29,8 +29,11 @@ litellm.suppress_debug_info = True
 class Limiter(Protocol):
     """Admission control before each attempt (the cluster-wide rate limiter implements it)."""
 
-    async def acquire(self, estimated_tokens: int) -> None: ...
-    def report(self, failure: Failure | None, tokens: int | None = None) -> None: ...
+    async def acquire(self, estimated_tokens: int) -> str:
+        """Wait for a slot; returns the grant's ticket, which `report` gives back."""
+        ...
+
+    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None: ...
 
 
 class WaitTracker(Protocol):
@@ -157,10 +160,11 @@ class LLMClient:
         async def attempt() -> Any:
             nonlocal model_seconds, attempts, waited
             attempts += 1
+            ticket = ""
             if self.limiter is not None:
                 started = time.monotonic()
                 with tracker.waiting(None, "rate limiter"):
-                    await self.limiter.acquire(estimated_tokens)
+                    ticket = await self.limiter.acquire(estimated_tokens)
                 waited += time.monotonic() - started
             started = time.monotonic()
             failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
@@ -175,7 +179,7 @@ class LLMClient:
             finally:
                 model_seconds += time.monotonic() - started
                 if self.limiter is not None:  # also when cancelled: the slot must come back
-                    self.limiter.report(failure, used)
+                    self.limiter.report(ticket, failure, used)
             return response
 
         try:

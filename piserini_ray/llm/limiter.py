@@ -13,14 +13,18 @@ makes the limits cluster-wide.
   far above what was actually sent), each clean period without one adds one (the idea inspect_ai
   applies per process, here shared by every worker).
 - **Cooldown**: a `Retry-After` from the provider holds every caller until it has passed.
+- **Tickets**: every grant has its own id, and the release names it. (Keyed by caller instead,
+  a caller's next `acquire` could reach the cluster-wide actor before its previous `release`,
+  which Ray does not order for async actors, and two calls would count as one: quotas would
+  overfill.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Literal
@@ -46,7 +50,7 @@ class RateLimiter:
     def __init__(self, config: RateLimitConfig, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._now = now
-        #: caller -> tokens of its call in flight; (end time, tokens) of calls that returned.
+        #: ticket -> tokens of a call in flight; (end time, tokens) of calls that returned.
         self._open: dict[str, int] = {}
         self._closed: deque[tuple[float, int]] = deque()
         initial = config.initial_concurrency or config.max_concurrency
@@ -65,9 +69,9 @@ class RateLimiter:
         while self._closed and self._closed[0][0] <= horizon:
             self._closed.popleft()
 
-    def try_acquire(self, tokens: int = 0, caller: str = "") -> tuple[bool, float]:
+    def try_acquire(self, tokens: int = 0, ticket: str = "") -> tuple[bool, float]:
         """(granted, seconds to wait before asking again). A grant takes one in-flight slot,
-        which `release(caller, ...)` gives back."""
+        which `release(ticket, ...)` gives back."""
         now = self._now()
         self._expire(now)
         self._grow(now)
@@ -91,27 +95,27 @@ class RateLimiter:
                 wait = self._closed[0][0] + span - now if self._closed else 0.05
                 self.last_denial = "quota"
         if wait > 0:
-            self._waiting.add(caller)
+            self._waiting.add(ticket)
             return False, max(wait, 0.01)
-        self._waiting.discard(caller)
-        self._open[caller] = tokens
+        self._waiting.discard(ticket)
+        self._open[ticket] = tokens
         self.granted += 1
         return True, 0.0
 
     def release(
         self,
-        caller: str = "",
+        ticket: str = "",
         outcome: Outcome = "ok",
         retry_after: float | None = None,
         tokens: int | None = None,
     ) -> None:
-        """Give the caller's slot back and learn from how the call went. `tokens`: what the
+        """Give the ticket's slot back and learn from how the call went. `tokens`: what the
         call really used (prompt + completion, from the provider's usage); it replaces the
         estimate the slot was granted with, so a token quota is filled by real counts."""
         now = self._now()
         in_flight = len(self._open)  # this call included
-        if caller in self._open:
-            estimate = self._open.pop(caller)
+        if ticket in self._open:
+            estimate = self._open.pop(ticket)
             self._closed.append((now, estimate if tokens is None else tokens))
         if outcome == "rate_limit":
             self.rate_limited += 1
@@ -126,12 +130,12 @@ class RateLimiter:
             self.limit = min(float(self.config.max_concurrency), self.limit + 1)
             self._last_increase = now
 
-    def forget(self, caller: str) -> None:
-        self._waiting.discard(caller)
+    def forget(self, ticket: str) -> None:
+        self._waiting.discard(ticket)
 
-    def holds(self, caller: str) -> bool:
-        """Whether the caller has a call in flight (a granted, unreleased slot)."""
-        return caller in self._open
+    def holds(self, ticket: str) -> bool:
+        """Whether the ticket has a call in flight (a granted, unreleased slot)."""
+        return ticket in self._open
 
     def stats(self) -> LimiterStats:
         now = self._now()
@@ -160,22 +164,22 @@ class LocalLimiter:
     def __init__(self, limiter: RateLimiter) -> None:
         self.limiter = limiter
 
-    async def acquire(self, estimated_tokens: int) -> None:
-        caller = caller_id()
+    async def acquire(self, estimated_tokens: int) -> str:
+        ticket = new_ticket()
         try:
             while True:
-                granted, wait = self.limiter.try_acquire(estimated_tokens, caller)
+                granted, wait = self.limiter.try_acquire(estimated_tokens, ticket)
                 if granted:
-                    return
+                    return ticket
                 await asyncio.sleep(min(wait, 1.0))
         except asyncio.CancelledError:
-            self.limiter.forget(caller)
+            self.limiter.forget(ticket)
             raise
 
-    def report(self, failure: Failure | None, tokens: int | None = None) -> None:
-        self.limiter.release(caller_id(), *outcome_of(failure), tokens=tokens)
+    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None:
+        self.limiter.release(ticket, *outcome_of(failure), tokens=tokens)
 
 
-def caller_id() -> str:
-    """One id per asyncio task per process: a task makes one call at a time."""
-    return f"{os.getpid()}:{id(asyncio.current_task())}"
+def new_ticket() -> str:
+    """A grant's id, unique across processes and nodes."""
+    return uuid.uuid4().hex

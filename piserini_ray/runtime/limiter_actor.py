@@ -12,13 +12,13 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import RateLimitConfig
-from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, caller_id, outcome_of
+from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, new_ticket, outcome_of
 from piserini_ray.llm.retry import Failure
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)
 class LimiterActor:
-    """An async actor: a caller's `acquire` is one call that returns when its slot is granted
+    """An async actor: a ticket's `acquire` is one call that returns when its slot is granted
     (waiters sleep on a condition, woken by every release), instead of thousands of polls.
     All methods run on the actor's one event loop, so the limiter needs no locking."""
 
@@ -27,14 +27,14 @@ class LimiterActor:
         self.released = asyncio.Condition()
         self.abandoned: set[str] = set()
 
-    async def acquire(self, tokens: int, caller: str) -> bool:
-        """Wait for a slot; False if the caller gave up meanwhile."""
+    async def acquire(self, tokens: int, ticket: str) -> bool:
+        """Wait for a slot; False if the ticket gave up meanwhile."""
         while True:
-            if caller in self.abandoned:
-                self.abandoned.discard(caller)
-                self.limiter.forget(caller)
+            if ticket in self.abandoned:
+                self.abandoned.discard(ticket)
+                self.limiter.forget(ticket)
                 return False
-            granted, wait = self.limiter.try_acquire(tokens, caller)
+            granted, wait = self.limiter.try_acquire(tokens, ticket)
             if granted:
                 return True
             if self.limiter.last_denial == "concurrency":
@@ -44,18 +44,18 @@ class LimiterActor:
                     await asyncio.wait_for(self.released.wait(), timeout=wait)
 
     async def release(
-        self, caller: str, outcome: Outcome, retry_after: float | None, tokens: int | None = None
+        self, ticket: str, outcome: Outcome, retry_after: float | None, tokens: int | None = None
     ) -> None:
-        self.limiter.release(caller, outcome, retry_after, tokens)
+        self.limiter.release(ticket, outcome, retry_after, tokens)
         async with self.released:
             self.released.notify_all()
 
-    async def abandon(self, caller: str) -> None:
-        """The caller was cancelled: drop its wait, or give back the slot it may hold."""
-        if self.limiter.holds(caller):
-            await self.release(caller, "error", None)
+    async def abandon(self, ticket: str) -> None:
+        """The ticket was cancelled: drop its wait, or give back the slot it may hold."""
+        if self.limiter.holds(ticket):
+            await self.release(ticket, "error", None)
         else:
-            self.abandoned.add(caller)
+            self.abandoned.add(ticket)
 
     async def stats(self) -> LimiterStats:
         return self.limiter.stats()
@@ -73,25 +73,26 @@ class RemoteLimiter:
         self.handle = handle
         self.gone = False
 
-    async def acquire(self, estimated_tokens: int) -> None:
-        caller = caller_id()
+    async def acquire(self, estimated_tokens: int) -> str:
+        ticket = new_ticket()
         try:
             while not self.gone:
                 try:
-                    if await self.handle.acquire.remote(estimated_tokens, caller):
-                        return
+                    if await self.handle.acquire.remote(estimated_tokens, ticket):
+                        return ticket
                 except ActorUnavailableError:
                     await asyncio.sleep(0.5)  # restarting: ask again
                 except (ActorDiedError, RayActorError):
                     self.gone = True
         except asyncio.CancelledError:
             if not self.gone:
-                self.handle.abandon.remote(caller)
+                self.handle.abandon.remote(ticket)
             raise
+        return ticket  # the limiter is gone for good: unlimited
 
-    def report(self, failure: Failure | None, tokens: int | None = None) -> None:
+    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None:
         if not self.gone:
-            self.handle.release.remote(caller_id(), *outcome_of(failure), tokens)
+            self.handle.release.remote(ticket, *outcome_of(failure), tokens)
 
 
 def start_limiter(name: str, config: RateLimitConfig) -> Any:
