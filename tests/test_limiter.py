@@ -71,6 +71,21 @@ def test_token_window_holds_what_calls_really_used() -> None:
     limiter.release("c")  # a call that reports no usage keeps its estimate
 
 
+def test_reservations_learn_how_far_off_the_estimates_are() -> None:
+    """Callers guess ~4 characters a token; when the provider keeps counting twice that, the
+    limiter learns it, so the calls in flight cannot overfill a token quota."""
+    clock = Clock()
+    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=10_000, window_margin=0), clock)
+    for i in range(60):
+        assert limiter.try_acquire(100, f"t{i}")[0]
+        limiter.release(f"t{i}", tokens=200)
+        clock.t += 61  # keep the window empty
+    assert abs(limiter.token_scale - 2.0) < 0.01
+    assert limiter.try_acquire(3_000, "big")[0]
+    assert not limiter.try_acquire(2_100, "next")[0]  # ~6,000 reserved + ~4,200 > 10,000
+    assert limiter.try_acquire(1_900, "next")[0]
+
+
 def test_aimd_concurrency_and_cooldown() -> None:
     clock = Clock()
     config = RateLimitConfig(initial_concurrency=8, clean_period=10, decrease_factor=0.5)

@@ -7,7 +7,9 @@ makes the limits cluster-wide.
 - **Quotas**: requests and tokens per window. A granted request counts from its grant until one
   window (plus a small margin) after its call *returned*: the provider saw it arrive somewhere
   in between, so a provider counting arrivals over a sliding window never sees more than the
-  quota, however long a request took to leave the client or to come back.
+  quota, however long a request took to leave the client or to come back. Token reservations
+  are the caller's estimate scaled by what the provider has been counting (`token_scale`), and
+  a returned call counts with the provider's own figure.
 - **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 sets the limit to
   `decrease_factor` x the calls in flight at that moment (not x the nominal limit, which may be
   far above what was actually sent), each clean period without one adds one (the idea inspect_ai
@@ -35,6 +37,8 @@ from piserini_ray.config import RateLimitConfig
 from piserini_ray.llm.retry import Failure, FailureKind
 
 Outcome = Literal["ok", "rate_limit", "error"]
+#: Weight of the newest call in the moving average of provider tokens per estimated token.
+TOKEN_SCALE_WEIGHT = 0.1
 
 
 class LimiterStats(BaseModel):
@@ -50,8 +54,9 @@ class RateLimiter:
     def __init__(self, config: RateLimitConfig, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._now = now
-        #: ticket -> tokens of a call in flight; (end time, tokens) of calls that returned.
-        self._open: dict[str, int] = {}
+        #: ticket -> (tokens reserved, caller's estimate) of a call in flight; (end time,
+        #: tokens) of calls that returned.
+        self._open: dict[str, tuple[int, int]] = {}
         self._closed: deque[tuple[float, int]] = deque()
         initial = config.initial_concurrency or config.max_concurrency
         self.limit = float(min(initial, config.max_concurrency))
@@ -63,6 +68,10 @@ class RateLimiter:
         self.last_denial: str | None = None
         self.granted = 0
         self.rate_limited = 0
+        #: Provider-counted tokens per estimated token, learned from releases (a moving
+        #: average): callers estimate roughly (about 4 characters a token) and a systematic
+        #: underestimate would let in-flight calls overfill a token quota.
+        self.token_scale = 1.0
 
     def _expire(self, now: float) -> None:
         horizon = now - (self.config.window_seconds + self.config.window_margin)
@@ -77,6 +86,7 @@ class RateLimiter:
         self._grow(now)
         wait = 0.0
         in_flight = len(self._open)
+        reserve = math.ceil(tokens * self.token_scale)
         self.last_denial = None
         if now < self._cooldown_until:
             wait = self._cooldown_until - now
@@ -87,9 +97,11 @@ class RateLimiter:
         else:
             rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
             counted = in_flight + len(self._closed)
-            counted_tokens = sum(self._open.values()) + sum(t for _, t in self._closed)
+            counted_tokens = sum(r for r, _ in self._open.values()) + sum(
+                t for _, t in self._closed
+            )
             over_requests = rpm is not None and counted >= rpm
-            over_tokens = tpm is not None and counted and counted_tokens + tokens > tpm
+            over_tokens = tpm is not None and counted and counted_tokens + reserve > tpm
             if over_requests or over_tokens:
                 span = self.config.window_seconds + self.config.window_margin
                 wait = self._closed[0][0] + span - now if self._closed else 0.05
@@ -98,7 +110,7 @@ class RateLimiter:
             self._waiting.add(ticket)
             return False, max(wait, 0.01)
         self._waiting.discard(ticket)
-        self._open[ticket] = tokens
+        self._open[ticket] = (reserve, tokens)
         self.granted += 1
         return True, 0.0
 
@@ -111,12 +123,16 @@ class RateLimiter:
     ) -> None:
         """Give the ticket's slot back and learn from how the call went. `tokens`: what the
         call really used (prompt + completion, from the provider's usage); it replaces the
-        estimate the slot was granted with, so a token quota is filled by real counts."""
+        reservation the slot was granted with, so a token quota is filled by real counts, and
+        it teaches `token_scale` how far off the callers' estimates are."""
         now = self._now()
         in_flight = len(self._open)  # this call included
         if ticket in self._open:
-            estimate = self._open.pop(ticket)
-            self._closed.append((now, estimate if tokens is None else tokens))
+            reserved, estimate = self._open.pop(ticket)
+            if tokens is not None and estimate > 0:
+                ratio = min(max(tokens / estimate, 0.1), 10.0)
+                self.token_scale += TOKEN_SCALE_WEIGHT * (ratio - self.token_scale)
+            self._closed.append((now, reserved if tokens is None else tokens))
         if outcome == "rate_limit":
             self.rate_limited += 1
             sent = min(self.limit, max(in_flight, 1))
