@@ -35,7 +35,9 @@ VOCABULARY = 200_000
 MEDIAN_WORDS, SIGMA = 1500, 1.574
 
 
-def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
+def generate(out: Path, docs: int, queries: int, seed: int) -> tuple[dict[str, float], bool]:
+    """Write the corpus (unless this folder holds it already); its length statistics, and
+    whether it was written now."""
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
     ranks = np.arange(1, VOCABULARY + 1)
@@ -48,7 +50,7 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
     params = {"docs": docs, "queries": queries, "seed": seed, "vocabulary": VOCABULARY}
     done = out / "params.json"
     if done.exists() and orjson.loads(done.read_bytes()) == params:
-        return _length_stats(lengths + 3 * np.isin(np.arange(docs), sorted(chosen)))
+        return _length_stats(lengths + 3 * np.isin(np.arange(docs), sorted(chosen))), False
     rare: dict[int, list[str]] = {}
     vocabulary = [f"w{w}" for w in range(VOCABULARY)]
     cdf = np.cumsum(zipf)
@@ -82,7 +84,7 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> dict[str, float]:
         "  qrels_gold: qrels_gold.txt\n"
     )
     done.write_bytes(orjson.dumps(params))
-    return _length_stats(lengths + 3 * np.isin(np.arange(docs), picked))
+    return _length_stats(lengths + 3 * np.isin(np.arange(docs), picked)), True
 
 
 def _length_stats(words: np.ndarray) -> dict[str, float]:
@@ -103,7 +105,7 @@ def main() -> None:
     parser.add_argument("--index", action="store_true", help="also build the index and time it")
     args = parser.parse_args()
     started = time.monotonic()
-    stats = generate(args.out, args.docs, args.queries, args.seed)
+    stats, wrote = generate(args.out, args.docs, args.queries, args.seed)
     written = time.monotonic() - started
     print(stats)
     if not args.index:
@@ -132,7 +134,12 @@ def main() -> None:
             "~14,000 tokens",
         ),
         ("mean length", f"{stats['mean_words']:,.0f} words", "~5,179 words"),
-        ("corpus.jsonl", f"{source / gib:.2f} GiB (written in {written:.0f} s)", "-"),
+        (
+            "corpus.jsonl",
+            f"{source / gib:.2f} GiB"
+            + (f" (written in {written:.0f} s)" if wrote else " (already written)"),
+            "-",
+        ),
         ("index build (Anserini, 2 threads, + docstore)", f"{info.build_seconds:.0f} s", "-"),
         ("Lucene index (positions, raw documents stored)", f"{lucene / gib:.2f} GiB", "-"),
         ("whole index folder (Lucene + docstore + tables)", f"{everything / gib:.2f} GiB", "-"),
