@@ -13,25 +13,22 @@
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import orjson
+from _common import append_results, cycled_sample, header, percentile
 
 from piserini_ray.config import load_config
-from piserini_ray.data.loaders import sample_dir
 from piserini_ray.local_run import run_local
 from piserini_ray.store import QueryRecord
 
 OUT = Path(__file__).parent / "out"
-RESULTS = Path(__file__).parent / "RESULTS.md"
 
 
 def turn_overheads(records: list[QueryRecord]) -> list[float]:
@@ -46,25 +43,9 @@ def turn_overheads(records: list[QueryRecord]) -> list[float]:
     return overheads
 
 
-def percentile(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p * (len(values) - 1) + 0.5))]
-
-
 def resume_bench(folder: Path) -> tuple[float, int]:
     """830 queries (the sample's questions, cycled) with 820 recorded, then resume on Ray."""
-    folder.mkdir(parents=True, exist_ok=True)
-    sample = [orjson.loads(x) for x in (sample_dir() / "queries.jsonl").read_bytes().splitlines()]
-    with open(folder / "queries.jsonl", "wb") as f:
-        for i in range(830):
-            q = dict(sample[i % len(sample)], query_id=f"r{i:03d}")
-            f.write(orjson.dumps(q) + b"\n")
-    (folder / "config.yaml").write_text(
-        "benchmark:\n  source: jsonl\n  name: resume830\n  queries: queries.jsonl\n"
-        f"  corpus: {sample_dir() / 'corpus.jsonl'}\n"
-        f"  qrels_evidence: {sample_dir() / 'qrels_evidence.txt'}\n"
-    )
-    config = load_config(folder / "config.yaml")
+    config = load_config(cycled_sample(folder, 830, "resume830", "r"))
     base, run_dir = folder / "complete", folder / f"run-{int(time.time())}"
     if not (base / "records.jsonl").exists():  # the 830-query run, made once
         run_local(config, base, concurrency=8, log=lambda _m: None)
@@ -136,24 +117,15 @@ def main() -> None:
         ("resume 820/830: queries run", str(resumed), "exactly 10", resumed == 10),
     ]
     lines = [
-        f"## Agent run figures ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}. Command: `python bench/agent_run.py`. "
-        f"{len(records)} queries, {len(overhead)} turns.",
-        "",
+        *header("Agent run figures", f"{len(records)} queries, {len(overhead)} turns."),
         "| figure | measured | goal | met |",
         "|---|---:|---|---|",
         *[
             f"| {name} | {value} | {goal} | {'-' if ok is None else ('met' if ok else 'MISSED')} |"
             for name, value, goal, ok in rows
         ],
-        "",
     ]
-    table = "\n".join(lines)
-    print(table)
-    with open(RESULTS, "a") as f:
-        f.write("\n" + table)
+    append_results(lines)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import random
-import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +43,12 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> tuple[dict[str, f
         rng.lognormal(math.log(MEDIAN_WORDS), SIGMA, size=docs).astype(int) + 20, 120_000
     )
     chosen = set(random.Random(seed).sample(range(docs), min(queries * 3, docs)))
+    # Each chosen document gets 3 rare terms appended.
+    stats = _length_stats(lengths + 3 * np.isin(np.arange(docs), sorted(chosen)))
     params = {"docs": docs, "queries": queries, "seed": seed, "vocabulary": VOCABULARY}
     done = out / "params.json"
     if done.exists() and orjson.loads(done.read_bytes()) == params:
-        return _length_stats(lengths + 3 * np.isin(np.arange(docs), sorted(chosen))), False
+        return stats, False
     rare: dict[int, list[str]] = {}
     vocabulary = [f"w{w}" for w in range(VOCABULARY)]
     cdf = np.cumsum(zipf)
@@ -84,7 +82,7 @@ def generate(out: Path, docs: int, queries: int, seed: int) -> tuple[dict[str, f
         "  qrels_gold: qrels_gold.txt\n"
     )
     done.write_bytes(orjson.dumps(params))
-    return _length_stats(lengths + 3 * np.isin(np.arange(docs), picked)), True
+    return stats, True
 
 
 def _length_stats(words: np.ndarray) -> dict[str, float]:
@@ -110,6 +108,8 @@ def main() -> None:
     print(stats)
     if not args.index:
         return
+    from _common import append_results, header
+
     from piserini_ray.config import load_config
     from piserini_ray.data import load_benchmark
     from piserini_ray.retrieval import ensure_index, read_index_info
@@ -145,21 +145,12 @@ def main() -> None:
         ("whole index folder (Lucene + docstore + tables)", f"{everything / gib:.2f} GiB", "-"),
     ]
     lines = [
-        f"## BrowseComp-shaped corpus ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}. Command: `python bench/corpus.py "
-        f"{' '.join(sys.argv[1:])}`. Index {index.name}, built {info.built_at}.",
-        "",
+        *header("BrowseComp-shaped corpus", f"Index {index.name}, built {info.built_at}."),
         "| figure | measured | BrowseComp-Plus |",
         "|---|---:|---:|",
         *[f"| {name} | {value} | {target} |" for name, value, target in rows],
-        "",
     ]
-    table = "\n".join(lines)
-    print(table)
-    with open(Path(__file__).parent / "RESULTS.md", "a") as f:
-        f.write("\n" + table)
+    append_results(lines)
 
 
 if __name__ == "__main__":

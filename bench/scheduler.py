@@ -29,13 +29,11 @@ provider, limiter) has none.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -45,16 +43,15 @@ from piserini_ray.runtime.ray_env import prepare_local_ray
 prepare_local_ray()  # before Ray is imported
 
 import ray  # noqa: E402
+from _common import append_results, cycled_queries, cycled_sample, header  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from piserini_ray.config import load_config  # noqa: E402
-from piserini_ray.data.loaders import sample_dir  # noqa: E402
 from piserini_ray.offline.long_horizon import planned_calls  # noqa: E402
 from piserini_ray.runtime import run_on_ray  # noqa: E402
 from piserini_ray.store import QueryRecord  # noqa: E402
 
 OUT = Path(__file__).parent / "out" / "scheduler"
-RESULTS = Path(__file__).parent / "RESULTS.md"
 MEAN_LATENCY = 2.0  # seconds per model call before scaling (the issue's latency model)
 
 
@@ -100,21 +97,9 @@ class Outcome:
 
 def write_queries(folder: Path, count: int) -> tuple[Path, int]:
     """`count` queries cycling the sample's questions; returns the config and planned requests."""
-    folder.mkdir(parents=True, exist_ok=True)
-    sample = [orjson.loads(x) for x in (sample_dir() / "queries.jsonl").read_bytes().splitlines()]
-    requests = 0
-    with open(folder / "queries.jsonl", "wb") as f:
-        for i in range(count):
-            query = dict(sample[i % len(sample)], query_id=f"s{i:04d}")
-            requests += planned_calls(query["query"]) + 1  # the calls, then the answer
-            f.write(orjson.dumps(query) + b"\n")
-    (folder / "config.yaml").write_text(
-        "benchmark:\n  source: jsonl\n  name: scheduler-bench\n  queries: queries.jsonl\n"
-        f"  corpus: {sample_dir() / 'corpus.jsonl'}\n"
-        f"  qrels_evidence: {sample_dir() / 'qrels_evidence.txt'}\n"
-        "model:\n  name: offline/long-horizon\n"
-    )
-    return folder / "config.yaml", requests
+    config = cycled_sample(folder, count, "scheduler-bench", "s", model="offline/long-horizon")
+    requests = sum(planned_calls(q["query"]) + 1 for q in cycled_queries(count, "s"))
+    return config, requests  # each query: its planned tool calls, then the answer
 
 
 def run_scenario(
@@ -235,15 +220,13 @@ def main() -> None:
         if name == "tokens":
             quotas.append(f"{tpm:,} TPM in `tokens`")
     lines = [
-        f"## Scheduler efficiency ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}. Command: `python bench/{Path(__file__).name} "
-        f"{' '.join(sys.argv[1:])}`. {args.queries} queries of `offline/long-horizon` "
-        f"(10-40 tool calls each), log-normal latency mean {MEAN_LATENCY * args.scale:.2f} s "
-        f"(2 s x {args.scale}), {args.slots} queries at once per node"
-        + (f"; quotas: {', '.join(quotas)}." if quotas else "."),
-        "",
+        *header(
+            "Scheduler efficiency",
+            f"{args.queries} queries of `offline/long-horizon` (10-40 tool calls each), "
+            f"log-normal latency mean {MEAN_LATENCY * args.scale:.2f} s (2 s x {args.scale}), "
+            f"{args.slots} queries at once per node"
+            + (f"; quotas: {', '.join(quotas)}." if quotas else "."),
+        ),
         "| scenario | nodes | slots | requests | makespan s | bound s (binding term) | "
         "efficiency | goal >= 0.95 | queries/min | machine CPU % | setup s | 429s |",
         "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|",
@@ -267,11 +250,10 @@ def main() -> None:
         ]
     per_query = statistics.mean(o.requests / o.queries for o in outcomes)
     lines += ["", f"Mean requests per query: {per_query:.1f}.", ""]
-    table = "\n".join(lines)
-    print(table)
-    if not args.no_record:
-        with open(RESULTS, "a") as f:
-            f.write("\n" + table)
+    if args.no_record:
+        print("\n".join(lines))
+    else:
+        append_results(lines)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -28,20 +27,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+from _common import append_results, header, percentile
 
-from piserini_ray.config import BenchmarkConfig, ToolsConfig, default_home, load_config
+from piserini_ray.config import (
+    BenchmarkConfig,
+    RetrievalConfig,
+    ToolsConfig,
+    default_home,
+    load_config,
+)
 from piserini_ray.data import load_benchmark
 from piserini_ray.data.loaders import jsonl_corpus
-from piserini_ray.retrieval import BM25Searcher, build_index, read_index_info
+from piserini_ray.retrieval import BM25Searcher, build_index, open_searcher, read_index_info
 from piserini_ray.retrieval.jvm import autoclass
 from piserini_ray.retrieval.searcher import PyseriniReference
 from piserini_ray.tools import ToolResult, ToolSession
-
-RESULTS = Path(__file__).parent / "RESULTS.md"
 
 
 def import_seconds(code: str) -> float:
@@ -68,11 +71,6 @@ def synthetic_corpus(n: int, folder: Path, seed: int = 0) -> tuple[Path, list[st
     for _ in range(200):
         queries.append(" ".join(rng.choices(vocab[50:5000], k=rng.randint(2, 8))))
     return path, queries
-
-
-def percentile(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p * (len(values) - 1) + 0.5))]
 
 
 def measure(index: Path, queries: list[str], rounds: int) -> dict[str, list[float]]:
@@ -138,45 +136,35 @@ def _first_search(result: ToolResult) -> tuple[str | None, str | None]:
     return (search[1] if search else None), (hit[1] if hit else None)
 
 
-MEMORY_PROBE = """
-import json, re, sys
-from pathlib import Path
-from piserini_ray.config import RetrievalConfig, ToolsConfig
-from piserini_ray.retrieval import open_searcher
-from piserini_ray.retrieval.jvm import autoclass
-from piserini_ray.tools import ToolSession
-index, queries = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
-searcher = open_searcher(index, RetrievalConfig())  # a replica's settings (JVM heap included)
-for i in range(1000):
-    session = ToolSession(searcher, ToolsConfig())
-    text = session.call("search", {"reason": "m", "query": queries[i % len(queries)]}).output
-    hit = re.search(r"^\\[1\\] docid: (\\S+)", text, re.M)
-    if hit:
-        session.call("read_document", {"reason": "m", "docid": hit[1]})
-rollup = {}
-for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
-    key, value = line.split(":")
-    rollup[key] = int(value.split()[0]) * 1024
-runtime = autoclass("java.lang.Runtime").getRuntime()
-rollup["jvm_heap_used"] = runtime.totalMemory() - runtime.freeMemory()
-rollup["jvm_heap_committed"] = runtime.totalMemory()
-print(json.dumps(rollup))
-"""
+def probe_memory(index: Path, queries: list[str]) -> dict[str, int]:
+    """Run in a fresh process (`--memory-probe`): open the index as a replica does (its JVM heap
+    cap included), run 1,000 searches each followed by opening its top hit, and read this
+    process's /proc smaps_rollup and JVM heap figures."""
+    searcher = open_searcher(index, RetrievalConfig())
+    for i in range(1000):
+        session = ToolSession(searcher, ToolsConfig())
+        _, docid = _first_search(
+            session.call("search", {"reason": "m", "query": queries[i % len(queries)]})
+        )
+        if docid:
+            session.call("read_document", {"reason": "m", "docid": docid})
+    rollup = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":")
+        rollup[key] = int(value.split()[0]) * 1024
+    runtime = autoclass("java.lang.Runtime").getRuntime()
+    rollup["jvm_heap_used"] = runtime.totalMemory() - runtime.freeMemory()
+    rollup["jvm_heap_committed"] = runtime.totalMemory()
+    return rollup
 
 
 def replica_memory(index: Path, queries: list[str]) -> dict[str, int]:
-    """/proc smaps_rollup of a fresh process that opened the index as a replica does and ran
-    1,000 searches (each followed by opening its top hit)."""
+    """`probe_memory` in a fresh process, so that nothing this one loaded is counted."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "queries.json").write_text(json.dumps(queries))
-        out = subprocess.run(
-            [sys.executable, "-c", MEMORY_PROBE, str(index), str(Path(tmp) / "queries.json")],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
-        )
+        command = [sys.executable, __file__, "--memory-probe", str(index), f"{tmp}/queries.json"]
+        out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -198,7 +186,12 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, help="also bench a `bench/corpus.py` folder")
     parser.add_argument("--queries", type=int, default=300, help="queries on --corpus")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-probe", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_probe:
+        index, queries = args.memory_probe
+        print(json.dumps(probe_memory(index, json.loads(queries.read_text()))))
+        return
     root = default_home() / "indexes"
     sample = load_benchmark(BenchmarkConfig())
     targets = [("embedded sample (1,890 docs)", build_index(sample.corpus, root),
@@ -218,12 +211,7 @@ def main() -> None:
 
     java_version = autoclass("java.lang.System").getProperty("java.version")
     lines = [
-        f"## Search latency at depth 1000 ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, Java {java_version}. "
-        f"Command: `python bench/{Path(__file__).name} {' '.join(sys.argv[1:])}`",
-        "",
+        *header("Search latency at depth 1000", f"Java {java_version}."),
         "| corpus | path | queries | p50 ms | p90 ms | p50 / Anserini direct p50 |",
         "|---|---|---:|---:|---:|---:|",
     ]
@@ -278,12 +266,8 @@ def main() -> None:
         "|---|---:|",
         f"| piserini_ray BM25Searcher | {ours:.2f} |",
         f"| pyserini LuceneSearcher (pulls torch + transformers) | {theirs:.2f} |",
-        "",
     ]
-    table = "\n".join(lines)
-    print(table)
-    with open(RESULTS, "a") as f:
-        f.write(table + "\n")
+    append_results(lines)
 
 
 if __name__ == "__main__":
