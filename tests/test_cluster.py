@@ -133,14 +133,19 @@ def _resume(run_dir: Path, recorded: int, total: int) -> subprocess.CompletedPro
     return resumed
 
 
+def _wait_for_records(run_dir: Path, count: int, driver: subprocess.Popen | None = None) -> None:
+    """Until the run holds `count` records (5 minutes at most); the driver must still run."""
+    deadline = time.monotonic() + 300
+    while len(_records(run_dir)) < count and time.monotonic() < deadline:
+        assert driver is None or driver.poll() is None, "the driver ended before it was stopped"
+        time.sleep(0.1)
+
+
 def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
     config, run_dir = _slow_run(sample_index, tmp_path, 12, 5)
     driver = _driver(config, run_dir, subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        while len(_records(run_dir)) < 3 and time.monotonic() < deadline:
-            assert driver.poll() is None, "the driver ended before it could be killed"
-            time.sleep(0.1)
+        _wait_for_records(run_dir, 3, driver)
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
@@ -179,9 +184,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: 
     config, run_dir = _slow_run(sample_index, tmp_path, 8, 4)
     driver = _driver(config, run_dir, subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 300
-        while len(_records(run_dir)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait_for_records(run_dir, 2)
         driver.send_signal(signal.SIGINT)
         _, stderr = driver.communicate(timeout=120)
     finally:

@@ -58,6 +58,9 @@ class RateLimiter:
         #: tokens) of calls that returned.
         self._open: dict[str, tuple[int, int]] = {}
         self._closed: deque[tuple[float, int]] = deque()
+        # Running totals of the two, kept with them: every grant checks the token quota.
+        self._open_tokens = 0
+        self._closed_tokens = 0
         initial = config.initial_concurrency or config.max_concurrency
         self.limit = float(min(initial, config.max_concurrency))
         self._cooldown_until = 0.0
@@ -76,7 +79,7 @@ class RateLimiter:
     def _expire(self, now: float) -> None:
         horizon = now - (self.config.window_seconds + self.config.window_margin)
         while self._closed and self._closed[0][0] <= horizon:
-            self._closed.popleft()
+            self._closed_tokens -= self._closed.popleft()[1]
 
     def try_acquire(self, tokens: int = 0, ticket: str = "") -> tuple[bool, float]:
         """(granted, seconds to wait before asking again). A grant takes one in-flight slot,
@@ -97,9 +100,7 @@ class RateLimiter:
         else:
             rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
             counted = in_flight + len(self._closed)
-            counted_tokens = sum(r for r, _ in self._open.values()) + sum(
-                t for _, t in self._closed
-            )
+            counted_tokens = self._open_tokens + self._closed_tokens
             over_requests = rpm is not None and counted >= rpm
             over_tokens = tpm is not None and counted and counted_tokens + reserve > tpm
             if over_requests or over_tokens:
@@ -111,6 +112,7 @@ class RateLimiter:
             return False, max(wait, 0.01)
         self._waiting.discard(ticket)
         self._open[ticket] = (reserve, tokens)
+        self._open_tokens += reserve
         self.granted += 1
         return True, 0.0
 
@@ -132,7 +134,10 @@ class RateLimiter:
             if tokens is not None and estimate > 0:
                 ratio = min(max(tokens / estimate, 0.1), 10.0)
                 self.token_scale += TOKEN_SCALE_WEIGHT * (ratio - self.token_scale)
-            self._closed.append((now, reserved if tokens is None else tokens))
+            counted = reserved if tokens is None else tokens
+            self._open_tokens -= reserved
+            self._closed_tokens += counted
+            self._closed.append((now, counted))
         if outcome == "rate_limit":
             self.rate_limited += 1
             sent = min(self.limit, max(in_flight, 1))
