@@ -114,7 +114,7 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
     tools: Counter[str] = Counter()
     for record in records:
         tools.update(record.tool_call_counts)
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for record in records:
         totals.update(record.usage.model_dump())
     per_query = [r.usage.input_tokens + r.usage.output_tokens for r in records] or [0]

@@ -107,8 +107,7 @@ class Benchmark:
                     ids_file or "slice.ids",
                     f"{len(unknown)} query id(s) not in benchmark {self.name!r}: {shown}",
                 )
-            seen: set[str] = set()
-            return [self._by_id[i] for i in ids if not (i in seen or seen.add(i))]
+            return [self._by_id[i] for i in dict.fromkeys(ids)]  # first occurrence wins
         if sample is not None:
             return stratified_sample(self.queries, sample, seed, self._stratum)
         return list(self.queries)

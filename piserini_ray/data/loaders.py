@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from piserini_ray.config import BenchmarkConfig
 from piserini_ray.data.benchmark import Benchmark, Corpus, Document, Qrels, Query, iter_nonempty
@@ -210,7 +210,7 @@ def _document(obj: dict[str, Any], path: Path, number: int) -> Document:
     return _validated(Document, fields, path, number)
 
 
-def _validated(model: type, obj: dict[str, Any], path: Path, number: int) -> Any:
+def _validated(model: type[BaseModel], obj: dict[str, Any], path: Path, number: int) -> Any:
     try:
         return model.model_validate(obj)
     except ValidationError as e:

@@ -152,8 +152,9 @@ def retrying(
         return backoff_seconds(state.attempt_number, config, rng)
 
     def before_sleep(state: RetryCallState) -> None:
-        if on_wait is not None and state.outcome is not None and state.next_action is not None:
-            on_wait(state.next_action.sleep, classify(state.outcome.exception()))
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if on_wait is not None and exc is not None and state.next_action is not None:
+            on_wait(state.next_action.sleep, classify(exc))
 
     return AsyncRetrying(
         stop=stop_after_attempt(config.max_attempts) | _StopAfterWaited(config.max_elapsed),

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
@@ -230,8 +230,10 @@ class _App:
         record.tools = tools if isinstance(tools, list) else None
         problem = _validate(body)
         if problem is not None:
-            param, message = problem
-            return _error(400, message, "invalid_request_error", param=param)
+            param, problem_text = problem
+            return _error(400, problem_text, "invalid_request_error", param=param)
+        # `_validate` checked the shapes: a model name and a list of message objects.
+        model, messages = str(model), cast(list[dict[str, Any]], messages)
         if body.get("stream"):
             return _error(
                 400,

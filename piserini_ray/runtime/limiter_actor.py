@@ -16,7 +16,7 @@ from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, new_tic
 from piserini_ray.llm.retry import Failure
 
 
-@ray.remote(num_cpus=0, max_concurrency=100_000)
+@ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
 class LimiterActor:
     """An async actor: a ticket's `acquire` is one call that returns when its slot is granted
     (waiters sleep on a condition, woken by every release), instead of thousands of polls.
@@ -98,7 +98,7 @@ class RemoteLimiter:
 def start_limiter(name: str, config: RateLimitConfig) -> Any:
     """A limiter actor pinned to this (the driver's) node, restarted by Ray if it dies."""
     node = ray.get_runtime_context().get_node_id()
-    return LimiterActor.options(
+    return LimiterActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
         name=name,
         max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),

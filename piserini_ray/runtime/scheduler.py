@@ -169,7 +169,7 @@ def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> 
         # then open it at once, and nodes elsewhere build their own under the same lock.
         ensure_index(load_benchmark(plan.config.benchmark).corpus, retrieval, log)
         actors = [
-            SearchWorker.options(
+            SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=runtime.cpus_per_replica,
                 max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
                 max_restarts=runtime.max_restarts,

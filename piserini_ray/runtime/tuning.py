@@ -69,7 +69,7 @@ def tune_on_ray(
         ensure_index(load_benchmark(config.benchmark).corpus, retrieval, log)
         config = config.model_copy(update={"retrieval": retrieval})
         workers = [
-            TuningWorker.options(
+            TuningWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=config.runtime.cpus_per_replica, runtime_env={"env_vars": JVM_SAFE_ENV}
             ).remote(config)
             for _ in range(replicas)

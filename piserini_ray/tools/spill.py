@@ -39,7 +39,8 @@ def truncate(text: str, max_lines: int, max_bytes: int) -> tuple[str, bool]:
     cut = False
     if len(lines) > max_lines:
         lines, cut = lines[:max_lines], True
-    out, size = [], 0
+    out: list[str] = []
+    size = 0
     for line in lines:
         size += len(line.encode("utf-8")) + 1
         if size > max_bytes:
