@@ -262,7 +262,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _manifest_config(run_dir: Path) -> RunConfig:
-    from piserini_ray.store import RunManifest
+    from piserini_ray.records import RunManifest
 
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
@@ -289,6 +289,8 @@ def _print_summary(summary: object) -> None:
         f"{data['tokens_median_per_query']:,.0f}"
     )
     cost = "not priced" if data["cost_usd"] is None else f"${data['cost_usd']:,.4f}"
+    if data["calls_without_usage"]:
+        cost += f" (a lower bound: {data['calls_without_usage']} calls reported no usage)"
     print(f"cost: {cost}")
 
 

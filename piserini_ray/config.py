@@ -102,6 +102,15 @@ class BenchmarkConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_paths(self) -> BenchmarkConfig:
+        given = [
+            f for f in ("queries", "corpus", "qrels_evidence", "qrels_gold") if getattr(self, f)
+        ]
+        if self.source == "sample" and given:
+            raise ValueError(
+                f"benchmark.{given[0]} is set but benchmark.source is 'sample' (the default), "
+                "which would ignore it and run the embedded sample; set benchmark.source: jsonl "
+                "(or browsecomp-plus) to use your files"
+            )
         if self.source == "jsonl":
             missing = [f for f in ("queries", "corpus") if getattr(self, f) is None]
             if missing:
@@ -311,6 +320,31 @@ class RunConfig(StrictModel):
         return hashlib.sha256(canonical).hexdigest()[:16]
 
 
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file holding a mapping, or a `ConfigError` naming the file and what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{what} {path} cannot be read ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{what} {path}:{line}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+            f"{e.start}); save the file as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return data
+
+
 def load_config(path: Path | None = None, overrides: dict | None = None) -> RunConfig:
     """Read a YAML config (or the defaults), apply dotted overrides, and validate.
 
@@ -318,14 +352,7 @@ def load_config(path: Path | None = None, overrides: dict | None = None) -> RunC
     """
     data: dict = {}
     if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError as e:
-            raise ConfigError(f"config file {path} does not exist") from e
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = read_yaml(path, "config file")
         _resolve_relative_paths(data, Path(path).resolve().parent)
     for dotted, value in (overrides or {}).items():
         node = data

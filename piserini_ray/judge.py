@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
-from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.client import Limiter, LLMClient
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
 from piserini_ray.llm.retry import RetryError
-from piserini_ray.llm.usage import Usage
-from piserini_ray.store import Judgement, QueryRecord, RunStore
+from piserini_ray.records import Judgement, QueryRecord, Usage
+from piserini_ray.store import RunStore
 
 JUDGE_PROMPT = """\
 Decide whether the [response] below answers the [question] correctly, given the [correct_answer].
@@ -137,6 +137,35 @@ async def judge_one(
     )
 
 
+async def judge_many(
+    client: LLMClient,
+    items: list[tuple[Query, QueryRecord]],
+    max_parse_retries: int,
+    concurrency: int,
+) -> AsyncGenerator[Judgement, None]:
+    """Judge every (query, record), `concurrency` at once, yielding each verdict as it comes
+    (both engines use this: the caller writes each one before the next is awaited)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(query: Query, record: QueryRecord) -> Judgement:
+        async with gate:
+            return await judge_one(client, query, record, max_parse_retries)
+
+    tasks = [asyncio.ensure_future(one(q, r)) for q, r in items]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            yield await next_done
+    finally:  # a caller that stops early (Ctrl-C) leaves no call running
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def judge_client(config: RunConfig, api_base: str | None, limiter: Limiter | None) -> LLMClient:
+    model = config.judge_model()
+    return LLMClient(model, config.retry, api_base=api_base or model.api_base, limiter=limiter)
+
+
 async def judge_records(
     config: RunConfig,
     store: RunStore,
@@ -145,25 +174,25 @@ async def judge_records(
     api_base: str | None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Judgement]:
-    """Judge every record that has no verdict from this judge yet; return all verdicts."""
+    """Judge every record that has no verdict from this judge yet (or only a failed one);
+    write each verdict as it comes; return all verdicts."""
     model: ModelConfig = config.judge_model()
     done = store.judgements(model.name)
-    todo = [r for r in records if r.query_id not in done]
+    todo = to_judge(records, done)
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
-        limiter = LocalLimiter(RateLimiter(model.rate_limit))
-        client = LLMClient(
-            model, config.retry, api_base=api_base or model.api_base, limiter=limiter
-        )
-        gate = asyncio.Semaphore(config.judge.concurrency)
-
-        async def one(record: QueryRecord) -> None:
-            async with gate:
-                judgement = await judge_one(
-                    client, queries[record.query_id], record, config.judge.max_parse_retries
-                )
+        client = judge_client(config, api_base, LocalLimiter(RateLimiter(model.rate_limit)))
+        items = [(queries[r.query_id], r) for r in todo]
+        async for judgement in judge_many(
+            client, items, config.judge.max_parse_retries, config.judge.concurrency
+        ):
             store.append_judgement(judgement)
-            done[record.query_id] = judgement
-
-        await asyncio.gather(*(one(r) for r in todo))
+            done[judgement.query_id] = judgement
     return done
+
+
+def to_judge(records: list[QueryRecord], done: dict[str, Judgement]) -> list[QueryRecord]:
+    """Records without a verdict, or whose verdict is a judge failure (SPEC §7: judged again)."""
+    return [
+        r for r in records if r.query_id not in done or done[r.query_id].status == "judge_failed"
+    ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import statistics
 import sys
 from collections import Counter
@@ -21,10 +20,12 @@ from pydantic import BaseModel
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
-from piserini_ray.data import Query, load_benchmark
+from piserini_ray.data import Query
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
-from piserini_ray.store import QueryRecord, RunStore
+from piserini_ray.pipeline import prepare
+from piserini_ray.records import QueryRecord
+from piserini_ray.retrieval import BM25Searcher, open_searcher
+from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
@@ -41,11 +42,8 @@ class RunSummary(BaseModel):
     cached_token_ratio: float
     #: USD from the pricing table; None when the model is not in it.
     cost_usd: float | None
-
-
-def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", config.model.name)
-    return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
+    #: Model calls whose reply had no usage block (cost is then a lower bound).
+    calls_without_usage: int = 0
 
 
 @contextmanager
@@ -82,7 +80,7 @@ async def _run_all(
 
     async def one(query: Query) -> None:
         async with gate:
-            session = ToolSession(searcher, config.tools, store.spill_dir(query.query_id))
+            session = ToolSession(searcher, config.tools)  # the store writes its spill files
             record = await run_query(
                 query,
                 session,
@@ -131,6 +129,7 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
         tokens_median_per_query=statistics.median(per_query),
         cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
         cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
+        calls_without_usage=sum(r.calls_without_usage for r in records),
     )
 
 
@@ -141,28 +140,13 @@ def run_local(
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> RunSummary:
     """Run (or resume) the configured slice; return the summary of every record in the slice."""
-    from piserini_ray.preflight import preflight
-
-    preflight(config)
-    benchmark = load_benchmark(config.benchmark)
-    queries = benchmark.select(**config.slice.model_dump())
-    run_dir = run_dir or default_run_dir(config)
-    with RunStore(run_dir, config, log=log) as store:
-        done = store.done()
-        todo = [q for q in queries if q.query_id not in done]
-        log(
-            f"run {store.run_dir}: {len(queries)} queries, {len(queries) - len(todo)} already "
-            f"recorded, {len(todo)} to run with {config.model.name}"
-        )
-        ran = 0
-        if todo:
-            searcher = open_searcher(
-                ensure_index(benchmark.corpus, config.retrieval, log), config.retrieval
-            )
+    with contextlib.ExitStack() as stack:
+        (run,) = prepare([(config, run_dir)], log, stack)
+        if run.todo:
+            searcher = open_searcher(run.index, config.retrieval)
             with model_endpoint(config) as api_base:
-                ran = asyncio.run(
-                    _run_all(config, todo, store, searcher, api_base, concurrency, log)
+                run.ran = asyncio.run(
+                    _run_all(config, run.todo, run.store, searcher, api_base, concurrency, log)
                 )
-        wanted = {q.query_id for q in queries}
-        records = [r for r in store.records() if r.query_id in wanted]
-    return summarize(records, config, run_dir, ran)
+        records = [r for r in run.store.records() if r.query_id in run.wanted]
+    return summarize(records, config, run.run_dir, run.ran)

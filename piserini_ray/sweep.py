@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from piserini_ray.config import RunConfig, load_config
-from piserini_ray.errors import ConfigError
+from piserini_ray.config import RunConfig, load_config, read_yaml
+from piserini_ray.errors import ConfigError, describe_validation_error
 
 
 class SweepConfig(BaseModel):
@@ -35,12 +34,11 @@ def _slug(value: Any) -> str:
 
 def expand_sweep(path: Path, root: Path = Path("runs")) -> list[tuple[RunConfig, Path]]:
     """The runs of a sweep file with their run directories under `root/<sweep name>/`."""
+    data = read_yaml(path, "sweep file")
     try:
-        sweep = SweepConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
-    except FileNotFoundError:
-        raise ConfigError(f"sweep file {path} does not exist") from None
-    except Exception as e:
-        raise ConfigError(f"sweep file {path} is invalid: {e}") from None
+        sweep = SweepConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"sweep file {path} is invalid: {describe_validation_error(e)}") from None
     base = (Path(path).resolve().parent / sweep.base) if sweep.base else None
     fields = list(sweep.grid)
     runs = []

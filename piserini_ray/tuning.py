@@ -6,10 +6,10 @@ Plain functions over a searcher; `runtime/tuning.py` fans the grid's cells out t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import orjson
 from pydantic import BaseModel
 
 from piserini_ray.config import BM25Params
@@ -87,23 +87,19 @@ def best_cell(cells: Sequence[CellResult], objective: str) -> CellResult:
 
 
 class GridStore:
-    """`cells.jsonl` in the output folder: finished cells are never recomputed."""
+    """`cells.jsonl` in the output folder: finished cells are never recomputed. Crash-safe like
+    a run's files (`store.JsonlFile`): a torn last line is cut off and that cell runs again."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / "cells.jsonl"
+    def __init__(self, folder: Path, log: Callable[[str], None] | None = None) -> None:
+        from piserini_ray.store import JsonlFile
+
         folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / "cells.jsonl"
+        self._file = JsonlFile(self.path, log or (lambda m: print(m, file=sys.stderr)))
 
     def done(self) -> dict[tuple[float, float], CellResult]:
-        found: dict[tuple[float, float], CellResult] = {}
-        if self.path.exists():
-            for line in self.path.read_bytes().splitlines():
-                try:
-                    cell = CellResult.model_validate(orjson.loads(line))
-                except (orjson.JSONDecodeError, ValueError):
-                    continue  # a torn last line: that cell runs again
-                found[(cell.k1, cell.b)] = cell
-        return found
+        cells = (CellResult.model_validate(row) for row in self._file.read())
+        return {(cell.k1, cell.b): cell for cell in cells}
 
     def add(self, cell: CellResult) -> None:
-        with open(self.path, "ab") as f:
-            f.write(orjson.dumps(cell.model_dump()) + b"\n")
+        self._file.append(cell.model_dump())

@@ -16,7 +16,6 @@ from piserini_ray.agent.prompt import STEER_MESSAGE
 from piserini_ray.config import AgentConfig, ModelConfig, RetryConfig, RunConfig
 from piserini_ray.data import Benchmark
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.usage import Usage
 from piserini_ray.offline import (
     LatencyConfig,
     OfflineConfig,
@@ -27,7 +26,8 @@ from piserini_ray.offline import (
     default_policies,
 )
 from piserini_ray.offline.long_horizon import MAX_CALLS, MIN_CALLS, planned_calls
-from piserini_ray.store import QueryRecord, RunStore
+from piserini_ray.records import QueryRecord, Usage
+from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
 QUESTION_ID = "2hop__150763_14904"

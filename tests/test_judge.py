@@ -14,7 +14,8 @@ from piserini_ray.judge import judge_one, judge_records, parse_judgement
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.offline import OfflineConfig, OfflineProvider, PolicyReply, default_policies
 from piserini_ray.offline.config import Scripted
-from piserini_ray.store import QueryRecord, RunStore, now_iso
+from piserini_ray.records import QueryRecord, now_iso
+from piserini_ray.store import RunStore
 
 QID = "2hop__150763_14904"
 GOOD = (

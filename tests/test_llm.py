@@ -7,7 +7,8 @@ import pytest
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import FailureKind, backoff_seconds, classify
-from piserini_ray.llm.usage import Usage, usage_from_response
+from piserini_ray.llm.usage import usage_from_response
+from piserini_ray.records import Usage
 
 
 class _Response:

@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.calibration import calibration_error
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.metrics.intervals import mean_interval, ratio_interval
 from piserini_ray.metrics.recall import macro, micro, per_query, surfaced_at_depth
+from piserini_ray.records import Usage
 
 
 def _bins_830() -> tuple[list[float], list[bool]]:

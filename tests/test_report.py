@@ -7,11 +7,11 @@ import pytest
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.data import Benchmark, Query
 from piserini_ray.data.benchmark import Corpus
-from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.cost import load_pricing
+from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage, now_iso
 from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import compute_metrics
-from piserini_ray.store import Judgement, QueryRecord, RankingLog, RunStore, now_iso
+from piserini_ray.store import RunStore
 
 
 def _bench() -> Benchmark:
@@ -114,8 +114,8 @@ def test_rankings_log_is_kept_beside_the_records(tmp_path: Path) -> None:
 
 
 def test_exports(tmp_path: Path) -> None:
+    from piserini_ray.records import ToolCallRecord, Turn
     from piserini_ray.report.export import export_browsecomp_plus, export_trec, merged_ranking
-    from piserini_ray.store import ToolCallRecord, Turn
 
     call = ToolCallRecord(
         id="c1",

@@ -1,9 +1,13 @@
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.store import QueryRecord, RunStore, RunStoreError, now_iso
+from piserini_ray.records import Judgement, QueryRecord, RankingLog, now_iso
+from piserini_ray.store import RunStore, RunStoreError
 
 
 def _record(store: RunStore, query_id: str) -> QueryRecord:
@@ -61,10 +65,20 @@ def test_damage_inside_the_file_is_not_silently_dropped(tmp_path: Path) -> None:
 
 
 def test_another_config_is_refused_with_directions(tmp_path: Path) -> None:
-    RunStore(tmp_path / "run", RunConfig()).close()
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        store.append(_record(store, "q1"))
     other = load_config(None, {"agent.budget_seconds": 60})
     with pytest.raises(RunStoreError, match=r"config hash .* `piserini-ray resume"):
         RunStore(tmp_path / "run", other)
+
+
+def test_a_run_directory_without_records_takes_a_corrected_config(tmp_path: Path) -> None:
+    RunStore(tmp_path / "run", RunConfig()).close()  # e.g. stopped by a data error
+    other = load_config(None, {"agent.budget_seconds": 60})
+    messages: list[str] = []
+    with RunStore(tmp_path / "run", other, log=messages.append) as store:
+        assert store.manifest.config_hash == other.config_hash()
+    assert "holds no record yet" in messages[0]
 
 
 def test_one_process_at_a_time(tmp_path: Path) -> None:
@@ -76,3 +90,142 @@ def test_spill_dirs_stay_inside_the_run(tmp_path: Path) -> None:
     with RunStore(tmp_path / "run", RunConfig()) as store:
         spill = store.spill_dir("../../etc")
     assert spill.resolve().is_relative_to((tmp_path / "run" / "spill").resolve())
+
+
+# ---------------------------------------------------------------- crash safety of every JSONL
+
+
+def _full_record(store: RunStore, query_id: str) -> QueryRecord:
+    record = _record(store, query_id)
+    record.rankings = [RankingLog(search_id="s1", query=f"about {query_id}", docids=["d1", "d2"])]
+    record.spills = {"0001-read_document-d1-1-200.txt": f"the whole text for {query_id}"}
+    return record
+
+
+def _verdict(query_id: str, status: str = "judged") -> Judgement:
+    return Judgement(query_id=query_id, judge_model="judge/x", status=status, correct=True)
+
+
+def _cut_copies(run: Path, name: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """For every byte offset of `run/name`: a copy of the run directory with that file cut
+    there (what a crash at that moment of its last write leaves, or worse)."""
+    original = (run / name).read_bytes()
+    for offset in range(len(original) + 1):
+        copy = tmp_path / f"cut-{offset}"
+        shutil.copytree(run, copy)
+        (copy / name).write_bytes(original[:offset])
+        yield offset, copy
+
+
+def test_records_cut_at_every_byte_resume_whole_and_once(tmp_path: Path) -> None:
+    ids = ["q1", "q2", "q3"]
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        for qid in ids:
+            store.append(_full_record(store, qid))
+    original = (tmp_path / "run" / "records.jsonl").read_bytes()
+    line_ends = [i + 1 for i, byte in enumerate(original) if byte == ord("\n")]
+    for offset, run in _cut_copies(tmp_path / "run", "records.jsonl", tmp_path / "cuts"):
+        whole = ids[: sum(1 for end in line_ends if end <= offset)]
+        messages: list[str] = []
+        with RunStore(run, RunConfig(), log=messages.append) as store:
+            assert sorted(store.done()) == whole, offset
+            assert bool(messages) == (offset not in [0, *line_ends]), offset  # torn: reported
+            for qid in ids:  # the resume: what is missing runs again
+                if qid not in store.done():
+                    store.append(_full_record(store, qid))
+        with RunStore(run, RunConfig()) as store:
+            records = store.records(rankings=True)
+            assert [r.query_id for r in records] == ids, offset  # each once, in order
+            assert all(r.rankings[0].query == f"about {r.query_id}" for r in records)
+            assert all(
+                (store.spill_dir(qid) / "0001-read_document-d1-1-200.txt").read_text()
+                == f"the whole text for {qid}"
+                for qid in ids
+            )
+        assert (run / "records.jsonl").read_bytes().count(b"\n") == len(ids), offset
+
+
+def test_verdicts_cut_at_every_byte_are_judged_again_once(tmp_path: Path) -> None:
+    from piserini_ray.judge import to_judge
+
+    ids = ["q1", "q2", "q3"]
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        for qid in ids:
+            store.append(_full_record(store, qid))
+            store.append_judgement(_verdict(qid))
+        name = str(store.judgements_path("judge/x").relative_to(store.run_dir))
+    for offset, run in _cut_copies(tmp_path / "run", name, tmp_path / "cuts"):
+        with RunStore(run, RunConfig(), log=lambda _m: None) as store:
+            records = store.records()
+            for record in to_judge(records, store.judgements("judge/x")):
+                store.append_judgement(_verdict(record.query_id))
+            verdicts = store.judgements("judge/x")
+            lines = store.judgements_path("judge/x").read_bytes().splitlines()
+        assert sorted(verdicts) == ids, offset
+        assert sorted(orjson.loads(line)["query_id"] for line in lines) == ids, offset
+
+
+def test_a_judge_failure_is_judged_again_and_the_verdict_wins(tmp_path: Path) -> None:
+    from piserini_ray.judge import to_judge
+
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        store.append(_full_record(store, "q1"))
+        store.append_judgement(_verdict("q1", "judge_failed"))
+        assert [r.query_id for r in to_judge(store.records(), store.judgements("judge/x"))] == [
+            "q1"
+        ]
+        store.append_judgement(_verdict("q1"))
+        assert store.judgements("judge/x")["q1"].status == "judged"
+        assert to_judge(store.records(), store.judgements("judge/x")) == []
+
+
+def test_grid_cells_cut_at_every_byte_resume_whole(tmp_path: Path) -> None:
+    from piserini_ray.tuning import CellResult, GridStore
+
+    cells = [CellResult(k1=k1, b=0.5, queries=3, metrics={"map": k1}) for k1 in (0.9, 1.2)]
+    grid = GridStore(tmp_path / "grid")
+    for cell in cells:
+        grid.add(cell)
+    original = grid.path.read_bytes()
+    for offset in range(len(original) + 1):
+        grid.path.write_bytes(original[:offset])
+        again = GridStore(tmp_path / "grid", log=lambda _m: None)
+        for cell in cells:
+            if (cell.k1, cell.b) not in again.done():
+                again.add(cell)
+        assert grid.path.read_bytes() == original, offset
+
+
+def test_spill_files_come_with_the_record_and_replace_a_crashed_attempt(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        stale = store.spill_dir("q1") / "0002-search-old.txt"
+        stale.parent.mkdir(parents=True)
+        stale.write_text("from an attempt that crashed before its record")
+        store.append(_full_record(store, "q1"))
+        assert [p.name for p in store.spill_dir("q1").iterdir()] == [
+            "0001-read_document-d1-1-200.txt"
+        ]
+    assert b"spills" not in (tmp_path / "run" / "records.jsonl").read_bytes()
+
+
+def test_a_spill_name_from_a_record_cannot_leave_its_folder(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        record = _record(store, "q1")
+        record.spills = {"../../outside.txt": "x"}
+        with pytest.raises(ValueError, match="escapes"):
+            store.append(record)
+    assert not (tmp_path / "outside.txt").exists()
+
+
+@pytest.mark.parametrize("blocker", ["run_dir_under_a_file", "records_is_a_directory"])
+def test_an_unwritable_run_directory_is_refused_before_any_work(
+    tmp_path: Path, blocker: str
+) -> None:
+    if blocker == "run_dir_under_a_file":
+        (tmp_path / "file").write_text("")
+        run = tmp_path / "file" / "run"
+    else:
+        run = tmp_path / "run"
+        (run / "records.jsonl").mkdir(parents=True)
+    with pytest.raises(RunStoreError, match=r"cannot write .*Nothing was run"):
+        RunStore(run, RunConfig())

@@ -8,8 +8,8 @@ import pytest
 from piserini_ray.data import Benchmark, Query
 from piserini_ray.data.benchmark import Corpus
 from piserini_ray.metrics.ranking import average_precision, ndcg_at, recall_at
+from piserini_ray.records import QueryRecord, RankingLog, now_iso
 from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
-from piserini_ray.store import QueryRecord, RankingLog, now_iso
 from piserini_ray.tuning import CellResult, best_cell
 
 

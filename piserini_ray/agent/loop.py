@@ -24,8 +24,15 @@ from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
-from piserini_ray.llm.usage import Usage
-from piserini_ray.store import QueryRecord, RankingLog, Status, ToolCallRecord, Turn, now_iso
+from piserini_ray.records import (
+    QueryRecord,
+    RankingLog,
+    Status,
+    ToolCallRecord,
+    Turn,
+    Usage,
+    now_iso,
+)
 from piserini_ray.tools.session import ToolResult, ToolSession
 
 #: Runs one tool call; Ray actors pass one that moves the blocking JVM call off the event loop.
@@ -90,8 +97,15 @@ async def run_query(
                 steered=steered_now,
             )
             state.turns.append(turn)
-            completion = await client.complete(state.messages, tools, waits=clock)
+            try:
+                completion = await client.complete(state.messages, tools, waits=clock)
+            except RetryError as e:  # the turn shows every attempt the call made
+                turn.attempts, turn.retries = e.attempts, e.failures
+                turn.model_seconds = round(e.model_seconds, 4)
+                turn.waited_seconds = round(e.waited_seconds, 4)
+                raise
             state.messages.append(completion.message)
+            turn.usage_reported = completion.usage_reported
             turn.model_output = completion.content
             turn.usage = completion.usage
             turn.model_seconds = round(completion.model_seconds, 4)
@@ -190,6 +204,7 @@ async def run_query(
         trajectory=state.turns,
         tool_call_counts=dict(counts),
         usage=sum((t.usage for t in state.turns), Usage()),
+        calls_without_usage=sum(1 for t in state.turns if not t.usage_reported),
         charged_seconds=round(clock.charged(), 4),
         waited_seconds=round(clock.waited(), 4),
         wall_seconds=round(clock.wall(), 4),
@@ -209,4 +224,5 @@ async def run_query(
             )
             for s in session.history
         ],
+        spills=dict(session.spills),
     )

@@ -87,7 +87,11 @@ class Benchmark:
         try:
             return self._by_id[query_id]
         except KeyError:
-            raise KeyError(f"benchmark {self.name!r} has no query {query_id!r}") from None
+            raise DataError(
+                "query id",
+                f"benchmark {self.name!r} has no query {query_id!r} (its ids look like "
+                f"{self.queries[0].query_id!r}; see the queries file)",
+            ) from None
 
     def select(
         self,
@@ -109,6 +113,12 @@ class Benchmark:
                 )
             return [self._by_id[i] for i in dict.fromkeys(ids)]  # first occurrence wins
         if sample is not None:
+            if sample > len(self.queries):
+                raise DataError(
+                    "slice.sample",
+                    f"asks for {sample} queries but benchmark {self.name!r} has "
+                    f"{len(self.queries)}; lower it, or drop slice.sample to run them all",
+                )
             return stratified_sample(self.queries, sample, seed, self._stratum)
         return list(self.queries)
 

@@ -79,8 +79,7 @@ def jsonl_corpus(path: Path, name: str | None = None) -> Corpus:
     path = _existing(path, "corpus")
 
     def reader() -> Iterator[Document]:
-        for number, obj in read_jsonl(path):
-            yield _document(obj, path, number)
+        return _unique_documents(_document(obj, path, number) for number, obj in read_jsonl(path))
 
     return Corpus(name=name or f"jsonl:{path.name}", files=(path,), reader=reader)
 
@@ -143,8 +142,7 @@ def browsecomp_plus_corpus(path: Path) -> Corpus:
     path = _existing(path, "corpus")
 
     def reader() -> Iterator[Document]:
-        for number, row in _read_rows(path):
-            yield _document(row, path, number)
+        return _unique_documents(_document(row, path, number) for number, row in _read_rows(path))
 
     return Corpus(name=f"browsecomp-plus:{path.name}", files=(path,), reader=reader)
 
@@ -203,11 +201,27 @@ def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise DataError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def _document(obj: dict[str, Any], path: Path, number: int) -> Document:
+def _unique_documents(docs: Iterator[tuple[Document, Path, int]]) -> Iterator[Document]:
+    """The documents, refusing a docid seen before (naming both lines: the index and the
+    recall metrics need one document per id)."""
+    first_line: dict[str, int] = {}
+    for doc, path, number in docs:
+        if doc.docid in first_line:
+            raise DataError(
+                path,
+                f"docid {doc.docid!r} appears twice (first on line {first_line[doc.docid]}); "
+                "give each document its own id or drop the duplicate",
+                number,
+            )
+        first_line[doc.docid] = number
+        yield doc
+
+
+def _document(obj: dict[str, Any], path: Path, number: int) -> tuple[Document, Path, int]:
     fields = {k: obj.get(k) for k in ("docid", "text", "title", "url") if obj.get(k) is not None}
     if isinstance(fields.get("docid"), int):
         fields["docid"] = str(fields["docid"])
-    return _validated(Document, fields, path, number)
+    return _validated(Document, fields, path, number), path, number
 
 
 def _validated(model: type[BaseModel], obj: dict[str, Any], path: Path, number: int) -> Any:

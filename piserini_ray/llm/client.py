@@ -21,7 +21,9 @@ import orjson
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify, retrying
-from piserini_ray.llm.usage import Usage, usage_from_response
+from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.usage import usage_from_response, usage_reported
+from piserini_ray.records import Usage
 
 litellm.suppress_debug_info = True
 
@@ -65,6 +67,7 @@ class Completion:
     waited_seconds: float  # back-off and limiter time (not charged)
     attempts: int
     failures: list[str] = field(default_factory=list)
+    usage_reported: bool = True  # False: the reply had no usage block (its tokens are unknown)
 
 
 class LLMClient:
@@ -101,10 +104,9 @@ class LLMClient:
         return value
 
     def scrub(self, text: str) -> str:
-        """Remove the API key value from any text we are about to keep."""
+        """Remove every key value this process could send from text we are about to keep."""
         name = self.model.api_key_env
-        value = os.environ.get(name) if name else None
-        return text.replace(value, "***") if value else text
+        return scrub(text, [os.environ.get(name) if name else None])
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -189,7 +191,7 @@ class LLMClient:
         except Exception as exc:
             failure = classify(exc)
             scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
-            raise RetryError(scrubbed, attempts) from None
+            raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
         return _completion(response, model_seconds, waited, attempts, failures)
 
 
@@ -220,6 +222,7 @@ def _completion(
         content=message.content,
         tool_calls=tool_calls,
         usage=usage_from_response(response),
+        usage_reported=usage_reported(response),
         model_seconds=model_seconds,
         waited_seconds=waited,
         attempts=attempts,

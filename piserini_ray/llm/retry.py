@@ -14,10 +14,13 @@ pattern of inspect_ai's `model/_retry.py`, with our classification).
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import enum
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 import litellm
@@ -25,6 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.stop import stop_base
 
 from piserini_ray.config import RetryConfig
+from piserini_ray.errors import PiseriniRayError
 
 
 class FailureKind(enum.StrEnum):
@@ -46,8 +50,9 @@ OnWait = Callable[[float, Failure], None]
 _PERMANENT_429_CODES = ("insufficient_quota", "billing_hard_limit", "quota_exceeded")
 
 
-def retry_after_seconds(exc: BaseException) -> float | None:
-    """`Retry-After` (seconds or `retry-after-ms`) from the error's HTTP response headers."""
+def retry_after_seconds(exc: BaseException, now: float | None = None) -> float | None:
+    """`Retry-After` from the error's HTTP response headers: `retry-after-ms`, or `retry-after`
+    as seconds or as an HTTP date (RFC 9110 §10.2.3 allows both)."""
     for headers in (
         getattr(exc, "litellm_response_headers", None),
         getattr(getattr(exc, "response", None), "headers", None),
@@ -57,11 +62,29 @@ def retry_after_seconds(exc: BaseException) -> float | None:
         try:
             if (ms := headers.get("retry-after-ms")) is not None:
                 return max(0.0, float(ms) / 1000)
-            if (seconds := headers.get("retry-after")) is not None:
-                return max(0.0, float(seconds))
         except (TypeError, ValueError):
-            continue  # an HTTP-date Retry-After: fall back to back-off
+            pass
+        if (value := headers.get("retry-after")) is not None:
+            seconds = parse_retry_after(str(value), now)
+            if seconds is not None:
+                return seconds
     return None
+
+
+def parse_retry_after(value: str, now: float | None = None) -> float | None:
+    """Seconds to wait for a `Retry-After` value (delay-seconds or HTTP-date); None if neither."""
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:  # an obsolete date form without a zone is GMT (RFC 9110)
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, moment.timestamp() - (time.time() if now is None else now))
 
 
 def classify(exc: BaseException) -> Failure:
@@ -103,13 +126,27 @@ def classify(exc: BaseException) -> Failure:
     return Failure(FailureKind.PERMANENT, f"unexpected error: {reason}")
 
 
-class RetryError(Exception):
-    """An LLM call failed for good; `failure` says why and how it was classified."""
+class RetryError(PiseriniRayError):
+    """An LLM call failed for good; `failure` says why and how it was classified, the rest
+    what the call went through on the way (for the turn that made it)."""
 
-    def __init__(self, failure: Failure, attempts: int) -> None:
-        super().__init__(f"{failure.kind.value} after {attempts} attempt(s): {failure.reason}")
+    def __init__(
+        self,
+        failure: Failure,
+        attempts: int,
+        failures: list[str] | None = None,
+        model_seconds: float = 0.0,
+        waited_seconds: float = 0.0,
+    ) -> None:
+        super().__init__(failure, attempts, failures, model_seconds, waited_seconds)  # pickles
         self.failure = failure
         self.attempts = attempts
+        self.failures = failures or []  # one line per retried attempt
+        self.model_seconds = model_seconds
+        self.waited_seconds = waited_seconds
+
+    def __str__(self) -> str:
+        return f"{self.failure.kind.value} after {self.attempts} attempt(s): {self.failure.reason}"
 
 
 def backoff_seconds(attempt: int, config: RetryConfig, rng: random.Random) -> float:

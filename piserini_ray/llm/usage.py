@@ -4,21 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
-
-class Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    #: Input tokens served from the provider's prompt cache (billed at the cache-read price).
-    cached_tokens: int = 0
-    #: Input tokens written to the cache, where a provider bills that separately (Anthropic).
-    cache_write_tokens: int = 0
-    #: Output tokens spent on hidden reasoning, where reported (already inside output_tokens).
-    reasoning_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(**{f: getattr(self, f) + getattr(other, f) for f in Usage.model_fields})
+from piserini_ray.records import Usage
 
 
 def _get(obj: Any, *names: str) -> int:
@@ -48,3 +34,10 @@ def usage_from_response(response: Any) -> Usage:
         cache_write_tokens=_get(usage, "cache_creation_input_tokens"),
         reasoning_tokens=_get(completion_details, "reasoning_tokens"),
     )
+
+
+def usage_reported(response: Any) -> bool:
+    """Whether the provider reported usage. litellm fills a missing block with zeros, and a
+    real call always counts some prompt tokens, so all-zero means "not reported"."""
+    usage = usage_from_response(response)
+    return usage.input_tokens > 0 or usage.output_tokens > 0

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from piserini_ray.config import RunConfig
+from piserini_ray.config import RunConfig, read_yaml
 from piserini_ray.errors import ConfigError, describe_validation_error
-from piserini_ray.llm.usage import Usage
+from piserini_ray.records import Usage
 
 
 class Price(BaseModel):
@@ -76,13 +75,11 @@ def default_pricing_path() -> Path:
 
 def load_pricing(path: Path | None = None, allow_litellm: bool = False) -> PricingTable:
     path = path or default_pricing_path()
+    data = read_yaml(path, "pricing table")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
         return PricingTable.model_validate(
             data | {"allow_litellm": allow_litellm, "path": str(path)}
         )
-    except FileNotFoundError:
-        raise ConfigError(f"pricing table {path} does not exist") from None
     except ValidationError as e:
         raise ConfigError(
             f"pricing table {path} is invalid: {describe_validation_error(e)}"

@@ -92,6 +92,8 @@ ScriptedKind = Literal[
     "unknown_tool",
     "missing_fields",
     "empty_reply",
+    "error_body",
+    "no_usage",
 ]
 
 #: Scripted kinds that alter the policy's reply rather than replacing the response.
@@ -106,6 +108,10 @@ class Scripted(_Strict):
     `hang`: wait `seconds` (default: the config's `hang_seconds`) then answer normally.
     `latency`: wait `seconds` more, then answer normally. `auth_error`: 401.
     `bad_request`: 400 with `message`. `context_window`: 400 `context_length_exceeded`.
+    `error_body`: HTTP 200 whose body is an error object (`{"error": {"type": "server_error"}}`),
+    as providers send when a failure happens after the status line went out. `no_usage`: a
+    normal reply without its `usage` block. `retry_after_date`: a rate limit's `Retry-After` as
+    an HTTP date (RFC 9110) instead of seconds.
     The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.
     """
 
@@ -115,6 +121,7 @@ class Scripted(_Strict):
     seconds: float | None = Field(None, ge=0)
     message: str | None = None
     model: str | None = None
+    retry_after_date: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Scripted:

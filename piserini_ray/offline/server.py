@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import hashlib
 import itertools
 import json
@@ -318,30 +319,30 @@ class _App:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        return web.json_response(
-            {
-                "id": f"chatcmpl-offline-{next(self._completion_ids)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "logprobs": None,
-                        "finish_reason": "tool_calls" if tool_calls else "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                    "prompt_tokens_details": {"cached_tokens": cached_tokens},
-                    "completion_tokens_details": {"reasoning_tokens": 0},
-                },
+        reply_body: dict[str, Any] = {
+            "id": f"chatcmpl-offline-{next(self._completion_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached_tokens},
+                "completion_tokens_details": {"reasoning_tokens": 0},
             },
-            dumps=lambda obj: orjson.dumps(obj).decode(),
-        )
+        }
+        if spec is not None and spec.kind == "no_usage":
+            del reply_body["usage"]
+        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
 
     def _next_scripted(self, model: str) -> Scripted | None:
         """Pop the first queued behaviour meant for this model (or for any model)."""
@@ -496,7 +497,11 @@ def _scripted_response(spec: Scripted, prompt_tokens: int) -> web.Response | Non
     """The response that replaces the reply for a scripted kind, or None to continue."""
     if spec.kind == "rate_limit":
         headers = None
-        if spec.retry_after is not None:
+        if spec.retry_after is not None and spec.retry_after_date:
+            # An HTTP date has whole seconds: round up, so the client never waits too little.
+            moment = math.ceil(time.time() + spec.retry_after)
+            headers = {"Retry-After": email.utils.formatdate(moment, usegmt=True)}
+        elif spec.retry_after is not None:
             headers = {"Retry-After": _format_seconds(spec.retry_after)}
         message = spec.message or "Rate limit reached for requests (scripted)."
         return _error(429, message, "requests", code="rate_limit_exceeded", headers=headers)
@@ -512,6 +517,14 @@ def _scripted_response(spec: Scripted, prompt_tokens: int) -> web.Response | Non
         message = spec.message or _SERVER_ERRORS.get(spec.status, f"HTTP {spec.status} (scripted)")
         type_ = "server_error" if spec.status >= 500 else "invalid_request_error"
         return _error(spec.status, message, type_)
+    if spec.kind == "error_body":
+        error = {
+            "message": spec.message or "The server had an error processing your request.",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+        return web.json_response({"error": error}, status=200)
     if spec.kind == "auth_error":
         return _error(
             401,

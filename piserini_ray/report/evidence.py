@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from pydantic import BaseModel
 
 from piserini_ray.data import Benchmark
-from piserini_ray.store import QueryRecord, RankingLog
+from piserini_ray.records import QueryRecord, RankingLog
 
 BINS = (
     (1, 5),

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from piserini_ray.store import QueryRecord, RankingLog
+from piserini_ray.records import QueryRecord, RankingLog
 
 
 def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:

@@ -96,4 +96,10 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             f"{m.tokens_median_per_query:,.0f}. Cost {_num(m.cost_usd, '${:,.4f}')} "
             f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}.",
         ]
+        if m.calls_without_usage:
+            lines += [
+                "",
+                f"**Warning: {m.calls_without_usage} calls reported no usage; cost is a lower "
+                "bound** (their tokens are unknown and counted as 0).",
+            ]
     return "\n".join(lines) + "\n"

@@ -15,7 +15,6 @@ from pydantic import BaseModel
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Benchmark, Qrels
-from piserini_ray.llm.usage import Usage
 from piserini_ray.metrics.calibration import CONVENTIONS, calibration_error
 from piserini_ray.metrics.cost import PricingTable
 from piserini_ray.metrics.intervals import mean_interval, ratio_interval
@@ -28,7 +27,7 @@ from piserini_ray.metrics.recall import (
     per_query,
     surfaced_at_depth,
 )
-from piserini_ray.store import Judgement, QueryRecord, RankingLog
+from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 
 
 class Estimate(BaseModel):
@@ -63,6 +62,8 @@ class RunMetrics(BaseModel):
     tokens_median_per_query: float
     cached_token_ratio: float
     cost_usd: float | None
+    #: Model calls whose reply had no usage block: while above 0, cost is a lower bound.
+    calls_without_usage: int = 0
     judge_cost_usd: float | None
     #: model -> where its prices came from (the table, or litellm's map when allowed)
     pricing_source: dict[str, str]
@@ -84,6 +85,7 @@ class QueryFacts(BaseModel):
     recall: dict[str, dict[str, tuple[int, int] | None]]  # set -> kind -> (hits, relevant)
     depth: dict[str, dict[int, tuple[int, int] | None]]  # kind -> k -> (hits, relevant)
     usage: Usage
+    calls_without_usage: int = 0
     tool_calls: dict[str, int]
 
 
@@ -119,6 +121,7 @@ def query_facts(
             for kind, table in qrels.items()
         },
         usage=record.usage,
+        calls_without_usage=record.calls_without_usage,
         tool_calls=record.tool_call_counts,
     )
 
@@ -245,6 +248,7 @@ def aggregate(
         ),
         cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4),
         cost_usd=round(sum(price.cost(f.usage) for f in facts), 4) if price else None,
+        calls_without_usage=sum(f.calls_without_usage for f in facts),
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
         pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},
         budget_seconds=config.agent.budget_seconds,

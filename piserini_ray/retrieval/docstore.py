@@ -44,6 +44,12 @@ class DocstoreWriter:
         return len(self._offsets) - 1
 
 
+def read_docids(folder: Path) -> list[str]:
+    """The docids of a docstore (an index folder), in ordinal order, without mapping the text."""
+    with open(folder / "docs.jsonl", "rb") as f:
+        return [orjson.loads(line)["docid"] for line in f]
+
+
 class Docstore:
     """Read side: contents by ordinal, ordinal by docid."""
 

@@ -6,11 +6,13 @@ modules (tools, agent, llm, store), so those stay testable without a cluster.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 from piserini_ray.config import RunConfig
-from piserini_ray.local_run import RunSummary, default_run_dir, summarize
+from piserini_ray.local_run import RunSummary, summarize
+from piserini_ray.pipeline import prepare
 
 
 def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
@@ -32,11 +34,17 @@ def run_on_ray(
 
     if cluster_address(configs[0][0].runtime) is None:
         prepare_local_ray()  # before Ray is imported
-    from piserini_ray.runtime.scheduler import RunPlan, run_plans
+    from piserini_ray.runtime.scheduler import run_prepared
 
-    plans = [RunPlan(config, run_dir or default_run_dir(config)) for config, run_dir in configs]
-    results = run_plans(plans, log)
-    return [
-        summarize(records, plan.config, plan.run_dir, plan.ran)
-        for plan, records in zip(plans, results, strict=True)
-    ]
+    with contextlib.ExitStack() as stack:
+        runs = prepare(configs, log, stack)
+        run_prepared(runs, log)
+        return [
+            summarize(
+                [r for r in run.store.records() if r.query_id in run.wanted],
+                run.config,
+                run.run_dir,
+                run.ran,
+            )
+            for run in runs
+        ]

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from typing import TextIO
 
-from piserini_ray.llm.usage import Usage
+from piserini_ray.records import Usage
 
 
 class Progress:

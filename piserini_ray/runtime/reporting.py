@@ -4,46 +4,42 @@ the metrics' map step over chunks of records, combined by the driver."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
-from piserini_ray.judge import judge_one
-from piserini_ray.llm.client import LLMClient
+from piserini_ray.judge import judge_client, judge_many, to_judge
+from piserini_ray.records import Judgement, QueryRecord, RankingLog
 from piserini_ray.report.metrics import QueryFacts, facts_for
 from piserini_ray.runtime.limiter_actor import RemoteLimiter, start_limiter
-from piserini_ray.store import Judgement, QueryRecord, RankingLog, RunStore
+from piserini_ray.store import RunStore
 
 CHUNK = 50
 
 
-@ray.remote(num_cpus=0)  # judging waits on HTTP
+@ray.remote(num_cpus=0, num_returns="streaming")  # judging waits on HTTP
 def _judge_chunk(
     config: RunConfig,
-    records: list[QueryRecord],
-    queries: dict[str, Query],
+    items: list[tuple[Query, QueryRecord]],
     api_base: str | None,
     limiter_name: str,
-) -> list[Judgement]:
-    model = config.judge_model()
-    limiter = RemoteLimiter(ray.get_actor(limiter_name))
-    client = LLMClient(model, config.retry, api_base=api_base or model.api_base, limiter=limiter)
-
-    async def run_all() -> list[Judgement]:
-        gate = asyncio.Semaphore(config.judge.concurrency)
-
-        async def one(record: QueryRecord) -> Judgement:
-            async with gate:
-                return await judge_one(
-                    client, queries[record.query_id], record, config.judge.max_parse_retries
-                )
-
-        return list(await asyncio.gather(*(one(r) for r in records)))
-
-    return asyncio.run(run_all())
+) -> Iterator[Judgement]:
+    """Yields each verdict as it comes, so the driver writes it at once (a crash loses none)."""
+    client = judge_client(config, api_base, RemoteLimiter(ray.get_actor(limiter_name)))
+    loop = asyncio.new_event_loop()
+    verdicts = judge_many(client, items, config.judge.max_parse_retries, config.judge.concurrency)
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(anext(verdicts))
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(verdicts.aclose())
+        loop.close()
 
 
 def judge_on_ray(
@@ -54,31 +50,36 @@ def judge_on_ray(
     api_base: str | None,
     log: Callable[[str], None],
 ) -> dict[str, Judgement]:
-    """Judge what has no verdict yet, a chunk per Ray task; verdicts are written as they come."""
+    """Judge what has no verdict yet in Ray tasks of `CHUNK` answers; every verdict is written
+    by the driver as soon as its task yields it."""
     model = config.judge_model()
     done = store.judgements(model.name)
-    todo = [r for r in records if r.query_id not in done]
+    todo = to_judge(records, done)
     if not todo:
         return done
     log(f"judging {len(todo)} answers with {model.name} on Ray ({len(done)} judged before)")
     name = f"piserini-judge-limiter:{ray.get_runtime_context().get_job_id()}:{model.name}"
     limiter = start_limiter(name, model.rate_limit)
     try:
-        pending = [
+        streams: list[Any] = [  # ObjectRefGenerators
             _judge_chunk.remote(
                 config,
-                todo[i : i + CHUNK],
-                {r.query_id: queries[r.query_id] for r in todo[i : i + CHUNK]},
+                [(queries[r.query_id], r) for r in todo[i : i + CHUNK]],
                 api_base,
                 name,
             )
             for i in range(0, len(todo), CHUNK)
         ]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for judgement in ray.get(ready[0]):
-                store.append_judgement(judgement)
-                done[judgement.query_id] = judgement
+        while streams:
+            ready, _ = ray.wait(streams, num_returns=1)
+            stream: Any = ready[0]
+            try:
+                judgement: Judgement = ray.get(next(stream))
+            except StopIteration:
+                streams.remove(stream)
+                continue
+            store.append_judgement(judgement)
+            done[judgement.query_id] = judgement
     finally:
         ray.kill(limiter)
     return done

@@ -14,10 +14,10 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,35 +31,23 @@ from ray.exceptions import (
 )
 
 from piserini_ray.config import RunConfig
-from piserini_ray.data import Query, load_benchmark
+from piserini_ray.data import Query
 from piserini_ray.errors import PiseriniRayError
-from piserini_ray.llm.usage import Usage
-from piserini_ray.metrics.cost import PricingTable, pricing_for
-from piserini_ray.preflight import preflight
-from piserini_ray.retrieval import ensure_index
+from piserini_ray.llm.secrets import scrub
+from piserini_ray.pipeline import PreparedRun
+from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.runtime.limiter_actor import start_limiter
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
-from piserini_ray.store import QueryRecord, RunStore, now_iso
 
 _INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
+#: How soon a replica that Ray is still restarting is asked again whether it is back.
+REPROBE_SECONDS = 0.5
 
 
 class SchedulerError(PiseriniRayError):
     """The cluster cannot run the remaining queries."""
-
-
-@dataclass
-class RunPlan:
-    config: RunConfig
-    run_dir: Path
-    store: RunStore | None = None
-    todo: list[Query] = field(default_factory=list)
-    wanted: set[str] = field(default_factory=set)  # the slice's query ids
-    api_base: str | None = None
-    ran: int = 0  # records written by this execution
-    pricing: PricingTable | None = None
 
 
 @dataclass
@@ -71,6 +59,8 @@ class _Group:
     load: dict[int, int] = field(default_factory=dict)
     #: Replicas being restarted by Ray: a readiness probe each; no new work until it answers.
     restarting: dict[int, Any] = field(default_factory=dict)
+    #: Replicas whose probe found them still restarting: probed again from the given time.
+    reprobe_at: dict[int, float] = field(default_factory=dict)
     dead: set[int] = field(default_factory=set)
 
     def available(self) -> list[int]:
@@ -78,13 +68,34 @@ class _Group:
             i
             for i in range(len(self.actors))
             if i not in self.restarting
+            and i not in self.reprobe_at
             and i not in self.dead
             and self.load.get(i, 0) < self.capacity
         ]
 
     def lost(self, index: int) -> None:
-        if index not in self.restarting and index not in self.dead:
+        if index not in self.restarting and index not in self.reprobe_at and index not in self.dead:
             self.restarting[index] = self.actors[index].info.remote()
+
+    def probe_failed(self, index: int, exc: BaseException) -> bool:
+        """A readiness probe failed. `ActorUnavailableError` means Ray is still restarting the
+        replica: probe again shortly. Anything else means it cannot come back (restarts
+        exhausted, node gone): True."""
+        if isinstance(exc, ActorUnavailableError):
+            self.reprobe_at[index] = time.monotonic() + REPROBE_SECONDS
+            return False
+        self.dead.add(index)
+        return True
+
+    def reprobe_due(self) -> None:
+        now = time.monotonic()
+        for index, due in list(self.reprobe_at.items()):
+            if due <= now:
+                del self.reprobe_at[index]
+                self.restarting[index] = self.actors[index].info.remote()
+
+    def can_recover(self) -> bool:
+        return bool(self.restarting or self.reprobe_at)
 
 
 def _group_key(config: RunConfig) -> str:
@@ -95,79 +106,63 @@ def _group_key(config: RunConfig) -> str:
 
 
 @contextlib.contextmanager
-def _offline_endpoints(plans: list[RunPlan]) -> Iterator[None]:
-    """Start one loopback offline provider per distinct offline config that a run needs."""
+def _offline_endpoints(runs: list[PreparedRun]) -> Iterator[dict[str, str | None]]:
+    """Each run's API base (by run directory): one loopback offline provider per distinct
+    offline config that a run needs, started here."""
     from piserini_ray.offline import OfflineProvider
 
     with contextlib.ExitStack() as stack:
         started: dict[str, str] = {}
-        for plan in plans:
-            model = plan.config.model
+        bases: dict[str, str | None] = {}
+        for run in runs:
+            model = run.config.model
             if not (model.is_offline and model.api_base is None):
-                plan.api_base = model.api_base
+                bases[str(run.run_dir)] = model.api_base
                 continue
-            key = plan.config.offline.model_dump_json()
+            key = run.config.offline.model_dump_json()
             if key not in started:
-                provider = stack.enter_context(OfflineProvider(plan.config.offline))
+                provider = stack.enter_context(OfflineProvider(run.config.offline))
                 started[key] = provider.base_url
-            plan.api_base = started[key]
-        yield
+            bases[str(run.run_dir)] = started[key]
+        yield bases
 
 
-def run_plans(
-    plans: list[RunPlan],
+def run_prepared(runs: list[PreparedRun], log: Callable[[str], None]) -> None:
+    """Run every prepared run's todo list to completion (or Ctrl-C) on Ray."""
+    todo = [run for run in runs if run.todo]
+    if not todo:
+        return
+    runtime = runs[0].config.runtime
+    start_ray(runtime, log)
+    with _offline_endpoints(todo) as bases:
+        _execute(todo, bases, runtime, log)
+
+
+def _execute(
+    runs: list[PreparedRun],
+    bases: dict[str, str | None],
+    runtime: Any,
     log: Callable[[str], None],
-    pricing: PricingTable | None = None,
-) -> list[list[QueryRecord]]:
-    """Run every plan to completion (or Ctrl-C); return each run's records of its slice."""
-    runtime = plans[0].config.runtime
-    for plan in plans:  # every run of a sweep is checked before any starts
-        plan.pricing = pricing or pricing_for(plan.config)
-        preflight(plan.config, plan.pricing)
-    with contextlib.ExitStack() as stack:
-        for plan in plans:
-            plan.store = stack.enter_context(RunStore(plan.run_dir, plan.config, log=log))
-            benchmark = load_benchmark(plan.config.benchmark)
-            queries = benchmark.select(**plan.config.slice.model_dump())
-            plan.wanted = {q.query_id for q in queries}
-            done = plan.store.done()
-            plan.todo = [q for q in queries if q.query_id not in done]
-            log(
-                f"run {plan.run_dir}: {len(queries)} queries, {len(queries) - len(plan.todo)} "
-                f"already recorded, {len(plan.todo)} to run with {plan.config.model.name}"
-            )
-        if any(plan.todo for plan in plans):
-            start_ray(runtime, log)
-            stack.enter_context(_offline_endpoints(plans))
-            _execute([p for p in plans if p.todo], runtime, log)
-        return [
-            [r for r in plan.store.records() if r.query_id in plan.wanted]
-            for plan in plans
-            if plan.store is not None
-        ]
-
-
-def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> None:
+) -> None:
     # Named per job, so replicas find them by name (handles in constructor arguments would
     # put those arguments in the object store, which breaks actor restarts).
     prefix = f"piserini-limiter:{ray.get_runtime_context().get_job_id()}:"
     limiters = {}
-    for plan in plans:
-        name = plan.config.model.name
+    for run in runs:
+        name = run.config.model.name
         if name not in limiters:
-            limiters[name] = start_limiter(prefix + name, plan.config.model.rate_limit)
+            limiters[name] = start_limiter(prefix + name, run.config.model.rate_limit)
     groups: dict[str, _Group] = {}
-    for plan in plans:
-        key = _group_key(plan.config)
+    for run in runs:
+        key = _group_key(run.config)
         if key in groups:
             continue
         strategy = "SPREAD" if runtime.placement == "spread" else "DEFAULT"
-        retrieval = plan.config.retrieval.model_copy(
-            update={"index_root": plan.config.retrieval.resolved_index_root()}
+        # The index was built (or found) by `prepare` on this node; replicas here open it at
+        # once, and nodes elsewhere build their own under the same lock.
+        retrieval = run.config.retrieval.model_copy(
+            update={"index_root": run.config.retrieval.resolved_index_root()}
         )
-        # Build (or find) the index here first, with visible progress; replicas on this node
-        # then open it at once, and nodes elsewhere build their own under the same lock.
-        ensure_index(load_benchmark(plan.config.benchmark).corpus, retrieval, log)
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=runtime.cpus_per_replica,
@@ -175,18 +170,20 @@ def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> 
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
                 runtime_env={"env_vars": JVM_SAFE_ENV},
-            ).remote(plan.config.benchmark, retrieval, prefix)
+            ).remote(run.config.benchmark, retrieval, prefix)
             for _ in range(runtime.replicas)
         ]
         groups[key] = _Group(actors, capacity=runtime.max_concurrency)
     infos = ray.get([a.info.remote() for g in groups.values() for a in g.actors])
     log(
         f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} node(s), "
-        f"{runtime.max_concurrency} queries at once each"
+        f"{runtime.max_concurrency} queries at once each (pids "
+        + ", ".join(str(i["pid"]) for i in infos)
+        + ")"
     )
 
-    queue: deque[tuple[RunPlan, Query]] = deque((p, q) for p in plans for q in p.todo)
-    in_flight: dict[Any, tuple[RunPlan, Query, _Group, int]] = {}
+    queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
+    in_flight: dict[Any, tuple[PreparedRun, Query, _Group, int]] = {}
     attempts: dict[tuple[str, str], int] = {}
     progress = Progress(len(queue))
 
@@ -200,32 +197,28 @@ def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> 
                 deferred.append((plan, query))
                 continue
             index = min(free, key=lambda i: group.load.get(i, 0))
-            assert plan.store is not None
             job = QueryJob(
                 run_id=plan.store.run_id,
                 config_hash=plan.store.config_hash,
                 query=query,
-                spill_dir=str(plan.store.spill_dir(query.query_id)),
                 model=plan.config.model,
                 retry=plan.config.retry,
                 agent=plan.config.agent,
                 tools=plan.config.tools,
-                api_base=plan.api_base,
+                api_base=bases[str(plan.run_dir)],
             )
             ref = group.actors[index].run.remote(job)
             group.load[index] = group.load.get(index, 0) + 1
             in_flight[ref] = (plan, query, group, index)
         queue.extendleft(reversed(deferred))
 
-    def finish(plan: RunPlan, record: QueryRecord) -> None:
-        assert plan.store is not None
+    def finish(plan: PreparedRun, record: QueryRecord) -> None:
         plan.store.append(record)
         plan.ran += 1
-        assert plan.pricing is not None
         price = plan.pricing.price(record.model)
         progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
 
-    def retry_or_fail(plan: RunPlan, query: Query, exc: BaseException, what: str) -> None:
+    def retry_or_fail(plan: PreparedRun, query: Query, exc: BaseException, what: str) -> None:
         key = (str(plan.run_dir), query.query_id)
         attempts[key] = attempts.get(key, 0) + 1
         if attempts[key] >= runtime.max_infrastructure_attempts:
@@ -240,8 +233,11 @@ def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> 
             progress.running = len(in_flight)
             progress.waiting = _waiting(limiters)
             progress.show()
+            for group in groups.values():
+                group.reprobe_due()
             probes = {ref: (g, i) for g in groups.values() for i, ref in g.restarting.items()}
-            if not in_flight and not probes:
+            recovering = any(g.can_recover() for g in groups.values())
+            if not in_flight and not recovering:
                 raise SchedulerError(
                     f"every searcher replica died; {len(queue)} queries were not run. Their "
                     "records are missing, nothing else is lost: fix the cluster and resume."
@@ -252,11 +248,14 @@ def _execute(plans: list[RunPlan], runtime: Any, log: Callable[[str], None]) -> 
                     group, index = probes[ref]
                     del group.restarting[index]
                     try:
-                        ray.get(ref)
-                        log(f"replica {index} is back")
-                    except _INFRASTRUCTURE:
-                        group.dead.add(index)
-                        log(f"replica {index} is gone for good (restarts exhausted)")
+                        info = ray.get(ref)
+                        log(f"replica {index} is back (pid {info['pid']})")
+                    except _INFRASTRUCTURE as exc:
+                        if group.probe_failed(index, exc):
+                            log(
+                                f"replica {index} is gone for good ({type(exc).__name__}: "
+                                "restarts exhausted or its node is gone)"
+                            )
                     continue
                 plan, query, group, index = in_flight.pop(ref)
                 group.load[index] -= 1
@@ -296,8 +295,7 @@ def _waiting(limiters: dict[str, Any]) -> int:
         return 0
 
 
-def _infrastructure_failure(plan: RunPlan, query: Query, exc: BaseException) -> QueryRecord:
-    assert plan.store is not None
+def _infrastructure_failure(plan: PreparedRun, query: Query, exc: BaseException) -> QueryRecord:
     return QueryRecord(
         run_id=plan.store.run_id,
         config_hash=plan.store.config_hash,
@@ -308,7 +306,7 @@ def _infrastructure_failure(plan: RunPlan, query: Query, exc: BaseException) -> 
         error=(
             f"infrastructure: the query's replica failed "
             f"{plan.config.runtime.max_infrastructure_attempts} times "
-            f"({type(exc).__name__}: {str(exc)[:300]})"
+            f"({type(exc).__name__}: {scrub(str(exc))[:300]})"
         ),
         usage=Usage(),
         started_at=now_iso(),

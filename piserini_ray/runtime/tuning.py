@@ -54,7 +54,7 @@ def tune_on_ray(
     log: Callable[[str], None],
 ) -> tuple[list[CellResult], float]:
     """Every cell of k1s x bs (computed or found in `out`); returns them and the wall seconds."""
-    store = GridStore(out)
+    store = GridStore(out, log)
     done = store.done()
     todo = deque((k1, b) for k1 in k1s for b in bs if (k1, b) not in done)
     log(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -39,7 +38,6 @@ class QueryJob(BaseModel):
     run_id: str
     config_hash: str
     query: Query
-    spill_dir: str
     model: ModelConfig
     retry: RetryConfig
     agent: AgentConfig
@@ -85,7 +83,9 @@ class SearchWorker:
 
     async def run(self, job: QueryJob) -> dict[str, Any]:
         """Run one query to its record (as JSON-ready data)."""
-        session = ToolSession(self.searcher, job.tools, Path(job.spill_dir))
+        # No spill folder here: the spill texts ride back with the record and the driver's
+        # store writes them into the run directory (this replica may sit on another node).
+        session = ToolSession(self.searcher, job.tools)
         record = await run_query(
             job.query,
             session,

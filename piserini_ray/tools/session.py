@@ -1,13 +1,15 @@
 """The three tools of SPEC §3 over one query's session.
 
 A `ToolSession` belongs to one query: it caches that query's rankings (`s1`, `s2`, ...; at most
-`cache_size`, oldest evicted first), writes its spill files, tracks the document sets the metrics
-need, and can be blocked by the agent's time budget. Every problem with a call becomes an error
-observation the agent can read and recover from; nothing raises out of `call`.
+`cache_size`, oldest evicted first), keeps the full text of over-long outputs for the spill files,
+tracks the document sets the metrics need, and can be blocked by the agent's time budget. Every
+problem with a call, the model's or ours (a JVM or disk error), becomes an error observation the
+agent can read and recover from, and ours is logged too; nothing raises out of `call`.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from pydantic import BaseModel
 from piserini_ray.config import ToolsConfig
 from piserini_ray.retrieval.searcher import Ranking
 from piserini_ray.tools.excerpt import excerpt, query_tokens, token_pattern
-from piserini_ray.tools.spill import truncate, write_spill
+from piserini_ray.tools.spill import spill_name, truncate, write_spill_file
 
 TOOL_NAMES = ("search", "read_search_results", "read_document")
 BLOCKED_MESSAGE = (
@@ -37,6 +39,9 @@ class Backend(Protocol):
     def title(self, ordinal: int) -> str | None: ...
     def contents(self, ordinal: int) -> str: ...
     def ordinal(self, docid: str) -> int | None: ...
+
+
+log = logging.getLogger(__name__)
 
 
 class ToolResult(BaseModel):
@@ -72,7 +77,9 @@ class ToolSession:
         #: Every search of the session, evicted or not, for the run's rankings log.
         self.history: list[_CachedSearch] = []
         self._searches = 0
-        self._spills = 0
+        #: Full texts of truncated outputs by spill file name: the run store writes them into
+        #: the run directory with the query's record (a replica may sit on another node).
+        self.spills: dict[str, str] = {}
         self.blocked = False
         # Insertion-ordered sets of docids (dict keys) for the recall metrics.
         self.surfaced: dict[str, None] = {}
@@ -102,6 +109,10 @@ class ToolSession:
             output, spill = getattr(self, f"_{name}")(args)
         except ToolArgumentError as e:
             return self._error(name, str(e), reason)
+        except Exception as e:  # ours, not the model's: the query goes on, the log says so
+            log.warning("%s failed inside the tool: %s: %s", name, type(e).__name__, e)
+            message = f"the {name} tool failed internally ({type(e).__name__}); try again."
+            return self._error(name, message, reason)
         return ToolResult(tool=name, ok=True, output=output, spill_file=spill, reason=reason)
 
     def _error(self, tool: str, message: str, reason: str | None = None) -> ToolResult:
@@ -258,14 +269,11 @@ class ToolSession:
         shown, cut = truncate(text, self.config.spill_max_lines, self.config.spill_max_bytes)
         if not cut:
             return text, None
-        self._spills += 1
-        if self.spill_dir is None:
-            note = "the full output was not saved (no spill folder)"
-            spill = None
-        else:
-            path = write_spill(self.spill_dir, self._spills, tool, subject, span, text)
-            spill = path.name
-            note = f"the full output is in spill file {spill}"
+        spill = spill_name(len(self.spills) + 1, tool, subject, span)
+        self.spills[spill] = text
+        if self.spill_dir is not None:  # a command-line session writes its own
+            write_spill_file(self.spill_dir, spill, text)
+        note = f"the full output is in spill file {spill}"
         shown += (
             f"\n[output truncated to {self.config.spill_max_lines} lines / "
             f"{self.config.spill_max_bytes} bytes; {note}. Ask for a smaller range (limit).]"

@@ -22,12 +22,17 @@ def safe_component(value: str, max_len: int = 60) -> str:
     return f"{cleaned}-{digest}"
 
 
-def write_spill(folder: Path, sequence: int, tool: str, subject: str, span: str, text: str) -> Path:
-    """Write `text` to `folder/{sequence}-{tool}-{subject}-{span}.txt`; return the path."""
+def spill_name(sequence: int, tool: str, subject: str, span: str) -> str:
+    """`{sequence}-{tool}-{subject}-{span}.txt`, safe as a file name whatever the parts hold."""
+    return f"{sequence:04d}-{tool}-{safe_component(subject)}-{safe_component(span, 40)}.txt"
+
+
+def write_spill_file(folder: Path, name: str, text: str) -> Path:
+    """Write `text` to `folder/name`; return the path. `name` comes from `spill_name` (or a
+    record), and must not leave the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"{sequence:04d}-{tool}-{safe_component(subject)}-{safe_component(span, 40)}.txt"
     path = folder / name
-    if path.resolve().parent != folder.resolve():  # defence in depth; safe_component forbids it
+    if safe_component(name) != name or path.resolve().parent != folder.resolve():
         raise ValueError(f"spill file name {name!r} escapes {folder}")
     path.write_text(text, encoding="utf-8")
     return path

@@ -1,0 +1,155 @@
+"""One run pipeline for both engines: `prepare()` checks everything that can be checked before a
+token is paid for, then opens the run stores and lists what is left to run; an engine (local or
+Ray) runs the todo lists; the report step (`report/`) judges and reduces.
+
+`prepare` goes in this order, so that a mistake never leaves a half-made run directory behind:
+1. preflight of every run (pricing, API key variables, data files exist): a sweep is checked
+   whole before any of it starts;
+2. the data: queries, qrels and the slice are loaded and checked, and the index is built or
+   found (which reads, and so validates, the whole corpus: a torn line or a duplicate docid
+   names its file and line);
+3. qrels against the corpus and the queries: unusable qrels are an error, partly matching ones
+   a warning with counts;
+4. only then the run directory (created, locked, writable) and its todo list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from piserini_ray.config import RunConfig
+from piserini_ray.data import Benchmark, Query, load_benchmark
+from piserini_ray.data.benchmark import Qrels
+from piserini_ray.errors import DataError
+from piserini_ray.metrics.cost import PricingTable, pricing_for
+from piserini_ray.preflight import preflight
+from piserini_ray.store import RunStore
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class PreparedRun:
+    """A run that passed every check: its data, its index, its open store and its todo list."""
+
+    config: RunConfig
+    run_dir: Path
+    benchmark: Benchmark
+    queries: list[Query]  # the slice
+    index: Path
+    store: RunStore
+    pricing: PricingTable
+    todo: list[Query]
+    ran: int = 0  # records written by this execution
+
+    @property
+    def wanted(self) -> set[str]:
+        return {q.query_id for q in self.queries}
+
+
+def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
+    import re
+
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", config.model.name)
+    return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
+
+
+def prepare(
+    runs: list[tuple[RunConfig, Path | None]],
+    log: Log,
+    stack: contextlib.ExitStack,
+    pricing: PricingTable | None = None,
+) -> list[PreparedRun]:
+    """Check and open every run; the stores close with `stack`."""
+    priced = []
+    for config, _ in runs:  # every run of a sweep is checked before any starts
+        table = pricing or pricing_for(config)
+        preflight(config, table)
+        priced.append(table)
+    loaded = []
+    for config, _ in runs:
+        benchmark = load_benchmark(config.benchmark)
+        queries = benchmark.select(**config.slice.model_dump())
+        loaded.append((benchmark, queries, _index_for(config, benchmark, log)))
+    prepared = []
+    for (config, run_dir), table, (benchmark, queries, index) in zip(
+        runs, priced, loaded, strict=True
+    ):
+        run_dir = run_dir or default_run_dir(config)
+        store = stack.enter_context(RunStore(run_dir, config, log=log))
+        done = store.done()
+        todo = [q for q in queries if q.query_id not in done]
+        log(
+            f"run {store.run_dir}: {len(queries)} queries, {len(queries) - len(todo)} already "
+            f"recorded, {len(todo)} to run with {config.model.name}"
+        )
+        prepared.append(
+            PreparedRun(config, Path(run_dir), benchmark, queries, index, store, table, todo)
+        )
+    return prepared
+
+
+def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
+    from piserini_ray.retrieval import ensure_index
+    from piserini_ray.retrieval.docstore import read_docids
+
+    retrieval = config.retrieval.model_copy(
+        update={"index_root": config.retrieval.resolved_index_root()}
+    )
+    index = ensure_index(benchmark.corpus, retrieval, log)
+    for problem in check_qrels(benchmark, set(read_docids(index)), config):
+        log(f"warning: {problem}")
+    return index
+
+
+def check_qrels(benchmark: Benchmark, docids: set[str], config: RunConfig) -> list[str]:
+    """Qrels that cannot mean what they say: an error when none of their ids match (every
+    recall would be n/a or 0), a warning with counts when some do not."""
+    warnings = []
+    query_ids = {q.query_id for q in benchmark.queries}
+    for label, qrels, path in (
+        ("evidence", benchmark.evidence, config.benchmark.qrels_evidence),
+        ("gold", benchmark.gold, config.benchmark.qrels_gold),
+    ):
+        if not qrels:
+            continue
+        source = str(path) if path is not None else f"the {label} lists of the query file"
+        warnings += _check_one(label, qrels, source, query_ids, docids)
+    return warnings
+
+
+def _check_one(
+    label: str, qrels: Qrels, source: str, query_ids: set[str], docids: set[str]
+) -> list[str]:
+    foreign = sorted(set(qrels) - query_ids)
+    if len(foreign) == len(qrels):
+        raise DataError(
+            source,
+            f"none of the {len(qrels)} query ids of these {label} qrels is a query of the "
+            f"benchmark (e.g. {foreign[0]!r}); every {label} recall would be n/a. Point "
+            f"benchmark.qrels_{label} at the qrels of these queries",
+        )
+    pairs = [(q, d) for q, docs in qrels.items() if q in query_ids for d in docs]
+    missing = [d for _, d in pairs if d not in docids]
+    if pairs and len(missing) == len(pairs):
+        raise DataError(
+            source,
+            f"none of the {len(pairs)} documents of these {label} qrels is in the corpus (e.g. "
+            f"{missing[0]!r}); every {label} recall would be 0. Check that the qrels and the "
+            "corpus come from the same release (and that docids are spelled alike)",
+        )
+    warnings = []
+    if foreign:
+        warnings.append(
+            f"{source}: {len(foreign)} of {len(qrels)} query ids in the {label} qrels are not "
+            f"queries of the benchmark (e.g. {foreign[0]!r}); they are ignored"
+        )
+    if missing:
+        warnings.append(
+            f"{source}: {len(missing)} of {len(pairs)} {label} qrels name documents that are "
+            f"not in the corpus (e.g. {missing[0]!r}); recall counts them as never found"
+        )
+    return warnings

@@ -1,0 +1,128 @@
+"""Record schemas of a run (SPEC §5, §6): what the agent, the judge and the reports exchange and
+what the run directory holds. Pydantic only, so that every layer can import them cheaply (no
+litellm, no Ray, no pyserini)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: Input tokens served from the provider's prompt cache (billed at the cache-read price).
+    cached_tokens: int = 0
+    #: Input tokens written to the cache, where a provider bills that separately (Anthropic).
+    cache_write_tokens: int = 0
+    #: Output tokens spent on hidden reasoning, where reported (already inside output_tokens).
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{f: getattr(self, f) + getattr(other, f) for f in Usage.model_fields})
+
+
+Status = Literal["completed", "timeout", "failed"]
+
+
+class ToolCallRecord(BaseModel):
+    id: str | None
+    name: str
+    arguments: str  # as the model sent it (may be invalid JSON: that is part of the record)
+    reason: str | None = None
+    ok: bool
+    observation: str  # what the agent saw (truncated when spilled)
+    spill_file: str | None = None
+    error: str | None = None
+    seconds: float
+
+
+class Turn(BaseModel):
+    index: int
+    model_output: str | None
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    usage: Usage = Usage()
+    model_seconds: float = 0.0
+    waited_seconds: float = 0.0
+    attempts: int = 1
+    retries: list[str] = Field(default_factory=list)
+    usage_reported: bool = True  # False: the reply had no usage block
+    started_at_charged: float = 0.0
+    steered: bool = False  # the steer message was added before this turn
+
+
+class RankingLog(BaseModel):
+    """One search of a query: its text and the whole cached ranking (for depth curves, TREC
+    exports and where-the-evidence-sits analyses)."""
+
+    search_id: str
+    query: str
+    docids: list[str]
+
+
+class QueryRecord(BaseModel):
+    run_id: str
+    config_hash: str
+    query_id: str
+    model: str
+    status: Status
+    error: str | None = None
+    termination: str | None = None  # why the loop ended: answer, budget, iterations, error
+    final_answer: str | None = None
+    explanation: str | None = None
+    exact_answer: str | None = None
+    confidence: float = 100.0
+    confidence_missing: bool = True
+    cited: list[str] = Field(default_factory=list)
+    trajectory: list[Turn] = Field(default_factory=list)
+    tool_call_counts: dict[str, int] = Field(default_factory=dict)
+    usage: Usage = Usage()
+    charged_seconds: float = 0.0
+    waited_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    budget_clock: str = "working"
+    steered: bool = False
+    surfaced: list[str] = Field(default_factory=list)
+    previewed: list[str] = Field(default_factory=list)
+    opened: list[str] = Field(default_factory=list)
+    behavior: list[str] = Field(default_factory=list)
+    started_at: str
+    finished_at: str
+    #: Model calls whose reply carried no usage block: their tokens are unknown, so the
+    #: record's usage (and any cost) is a lower bound.
+    calls_without_usage: int = 0
+    #: Every search's whole ranking (`store.records()` leaves them out unless asked).
+    rankings: list[RankingLog] = Field(default_factory=list)
+    #: Full texts of truncated tool outputs by spill file name; the store writes them to
+    #: `spill/<query_id>/` and keeps them out of `records.jsonl`.
+    spills: dict[str, str] = Field(default_factory=dict)
+
+
+class Judgement(BaseModel):
+    """One judge model's verdict on one query (SPEC §6), written once per (query, judge)."""
+
+    query_id: str
+    judge_model: str
+    status: Literal["judged", "judge_failed"]
+    correct: bool | None = None
+    confidence: float | None = None
+    extracted_final_answer: str | None = None
+    correct_answer: str | None = None
+    reasoning: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    usage: Usage = Usage()
+
+
+class RunManifest(BaseModel):
+    run_id: str
+    config_hash: str
+    config: dict[str, Any]
+    versions: dict[str, str]
+    started_at: str
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
