@@ -301,6 +301,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from piserini_ray.agent.loop import run_query
     from piserini_ray.data import Query
     from piserini_ray.llm.client import LLMClient
+    from piserini_ray.llm.limiter import LOCAL_LIMITERS
     from piserini_ray.local_run import model_endpoint
     from piserini_ray.tools import ToolSession, tool_schemas
 
@@ -344,7 +345,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     searcher = _searcher(cfg, benchmark)
     with model_endpoint(cfg) as api_base:
-        client = LLMClient(cfg.model, cfg.retry, api_base=api_base)
+        limiter = LOCAL_LIMITERS.limiter(cfg.model, cfg.offline)  # model.rate_limit holds
+        client = LLMClient(cfg.model, cfg.retry, api_base=api_base, limiter=limiter)
         session = ToolSession(searcher, cfg.tools, args.spill_dir)
         record = asyncio.run(
             run_query(

@@ -172,6 +172,10 @@ class RateLimitConfig(StrictModel):
     #: Seconds of the quota window; a margin is added so arrival jitter cannot overfill it.
     window_seconds: float = Field(60.0, gt=0)
     window_margin: float = Field(1.0, ge=0)
+    #: Completion tokens a call reserves against `tokens_per_minute` before the limiter has
+    #: learned the model's mean from replies (`model.max_output_tokens`, when set, is reserved
+    #: instead: a bound, not a guess).
+    output_tokens_guess: int = Field(500, ge=0)
 
 
 class ModelConfig(StrictModel):

@@ -32,3 +32,13 @@ def describe_validation_error(error: ValidationError) -> str:
         f"{'.'.join(str(p) for p in err['loc']) or '(record)'}: {err['msg']}"
         for err in error.errors()
     )
+
+
+class RequestTooLarge(PiseriniRayError):
+    """A call whose token reservation exceeds the whole per-minute token quota: it could never
+    be admitted, so it is refused before it is sent (a permanent failure)."""
+
+
+class InfrastructureError(PiseriniRayError):
+    """Something under the query failed (its rate limiter is gone, ...), not the query: the
+    scheduler runs the query again instead of recording a failure."""

@@ -19,7 +19,7 @@ import orjson
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.llm.client import Limiter, LLMClient
-from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
+from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import Judgement, QueryRecord, Usage
 from piserini_ray.store import RunStore
@@ -181,7 +181,7 @@ async def judge_records(
     todo = to_judge(records, done)
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
-        client = judge_client(config, api_base, LocalLimiter(RateLimiter(model.rate_limit)))
+        client = judge_client(config, api_base, LOCAL_LIMITERS.limiter(model, config.offline))
         items = [(queries[r.query_id], r) for r in todo]
         async for judgement in judge_many(
             client, items, config.judge.max_parse_retries, config.judge.concurrency

@@ -22,6 +22,7 @@ from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.pipeline import prepare
 from piserini_ray.records import QueryRecord
 from piserini_ray.retrieval import BM25Searcher, open_searcher
@@ -72,7 +73,8 @@ async def _run_all(
     concurrency: int,
     log: Callable[[str], None],
 ) -> int:
-    client = LLMClient(config.model, config.retry, api_base=api_base)
+    limiter = LOCAL_LIMITERS.limiter(config.model, config.offline)
+    client = LLMClient(config.model, config.retry, api_base=api_base, limiter=limiter)
     schemas = tool_schemas(config.tools)
     gate = asyncio.Semaphore(concurrency)
     counts: Counter[str] = Counter()

@@ -24,6 +24,7 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
+from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 from piserini_ray.preflight import preflight
 from piserini_ray.store import RunStore
@@ -64,6 +65,7 @@ def prepare(
     pricing: PricingTable | None = None,
 ) -> list[PreparedRun]:
     """Check and open every run; the stores close with `stack`."""
+    check_quotas(config for config, _ in runs)
     priced = []
     for config, _ in runs:  # every run of a sweep is checked before any starts
         table = pricing or pricing_for(config)

@@ -20,6 +20,7 @@ import litellm
 import orjson
 
 from piserini_ray.config import ModelConfig, RetryConfig
+from piserini_ray.errors import InfrastructureError
 from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify, retrying
 from piserini_ray.llm.secrets import scrub
 from piserini_ray.llm.usage import usage_from_response, usage_reported
@@ -31,11 +32,17 @@ litellm.suppress_debug_info = True
 class Limiter(Protocol):
     """Admission control before each attempt (the cluster-wide rate limiter implements it)."""
 
-    async def acquire(self, estimated_tokens: int) -> str:
-        """Wait for a slot; returns the grant's ticket, which `report` gives back."""
+    async def acquire(self, estimated_tokens: int, max_output: int | None = None) -> str:
+        """Wait for a slot for a call with a prompt of about `estimated_tokens` and at most
+        `max_output` completion tokens (None: unbounded); returns the grant's ticket, which
+        `report` gives back. Raises `RequestTooLarge` for a call no quota window can hold."""
         ...
 
-    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None: ...
+    def report(
+        self, ticket: str, failure: Failure | None, used: tuple[int, int] | None = None
+    ) -> None:
+        """The call ended: `used` is (prompt, completion) tokens as the provider counted them."""
+        ...
 
 
 class WaitTracker(Protocol):
@@ -166,15 +173,19 @@ class LLMClient:
             if self.limiter is not None:
                 started = time.monotonic()
                 with tracker.waiting(None, "rate limiter"):
-                    ticket = await self.limiter.acquire(estimated_tokens)
+                    ticket = await self.limiter.acquire(
+                        estimated_tokens, self.model.max_output_tokens
+                    )
                 waited += time.monotonic() - started
             started = time.monotonic()
             failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
-            used: int | None = None
+            used: tuple[int, int] | None = None
             try:
                 response = await litellm.acompletion(messages=messages, api_key=api_key, **params)
                 failure = None
-                used = _tokens_used(response)
+                if usage_reported(response):
+                    usage = usage_from_response(response)
+                    used = (usage.input_tokens, usage.output_tokens)
             except Exception as exc:
                 failure = classify(exc)
                 raise
@@ -188,18 +199,13 @@ class LLMClient:
             async for state in retrying(self.retry, on_wait, self._rng, sleep):
                 with state:
                     response = await attempt()
+        except InfrastructureError:
+            raise  # the scheduler re-runs the query; it is no failure of the call
         except Exception as exc:
             failure = classify(exc)
             scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
             raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
         return _completion(response, model_seconds, waited, attempts, failures)
-
-
-def _tokens_used(response: Any) -> int | None:
-    """Prompt + completion tokens the provider reports (None when it reports none)."""
-    usage = getattr(response, "usage", None)
-    total = getattr(usage, "total_tokens", None)
-    return total if isinstance(total, int) and total > 0 else None
 
 
 def _completion(

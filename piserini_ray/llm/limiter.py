@@ -7,14 +7,22 @@ makes the limits cluster-wide.
 - **Quotas**: requests and tokens per window. A granted request counts from its grant until one
   window (plus a small margin) after its call *returned*: the provider saw it arrive somewhere
   in between, so a provider counting arrivals over a sliding window never sees more than the
-  quota, however long a request took to leave the client or to come back. Token reservations
-  are the caller's estimate scaled by what the provider has been counting (`token_scale`), and
-  a returned call counts with the provider's own figure.
+  quota, however long a request took to leave the client or to come back. A token reservation
+  is the prompt (the caller's estimate scaled by what the provider has been counting,
+  `token_scale`) plus the completion (`max_output_tokens` when the model has one, else the mean
+  the provider has been reporting); a returned call counts with the provider's own figures. A
+  call whose reservation exceeds the whole quota can never be admitted and is refused
+  (`RequestTooLarge`) before it is sent.
 - **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 sets the limit to
   `decrease_factor` x the calls in flight at that moment (not x the nominal limit, which may be
   far above what was actually sent), each clean period without one adds one (the idea inspect_ai
-  applies per process, here shared by every worker).
+  applies per process, here shared by every worker). A 429 that names a per-minute quota is
+  not a concurrency problem: it sets a cooldown (its `Retry-After`, else until the oldest call
+  leaves the window) and leaves the limit alone.
 - **Cooldown**: a `Retry-After` from the provider holds every caller until it has passed.
+- **Restarts**: a limiter that lost its memory (its actor restarted) cannot know what the
+  provider saw in the last window, so with a quota configured it admits nothing for one window
+  (`assume_window_full`) instead of admitting a fresh quota on top of the old one.
 - **Tickets**: every grant has its own id, and the release names it. (Keyed by caller instead,
   a caller's next `acquire` could reach the cluster-wide actor before its previous `release`,
   which Ray does not order for async actors, and two calls would count as one: quotas would
@@ -24,21 +32,29 @@ makes the limits cluster-wide.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
+import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from pydantic import BaseModel
 
-from piserini_ray.config import RateLimitConfig
+from piserini_ray.config import ModelConfig, RateLimitConfig, RunConfig
+from piserini_ray.errors import ConfigError, RequestTooLarge
 from piserini_ray.llm.retry import Failure, FailureKind
+from piserini_ray.offline.config import OfflineConfig
 
-Outcome = Literal["ok", "rate_limit", "error"]
-#: Weight of the newest call in the moving average of provider tokens per estimated token.
+Outcome = Literal["ok", "rate_limit", "quota", "error"]
+#: Weight of the newest call in the moving averages (prompt tokens per estimated token, and
+#: completion tokens per call).
 TOKEN_SCALE_WEIGHT = 0.1
+#: A 429 whose message names a per-minute quota (OpenAI: "Rate limit reached for ... tokens per
+#: min (TPM)"; Anthropic: "... output tokens per minute"; ours alike).
+_PER_MINUTE = re.compile(r"per[ -]min|\b[RT]PM\b|tokens per minute|requests per minute", re.I)
 
 
 class LimiterStats(BaseModel):
@@ -71,25 +87,52 @@ class RateLimiter:
         self.last_denial: str | None = None
         self.granted = 0
         self.rate_limited = 0
-        #: Provider-counted tokens per estimated token, learned from releases (a moving
+        #: Provider-counted prompt tokens per estimated token, learned from releases (a moving
         #: average): callers estimate roughly (about 4 characters a token) and a systematic
         #: underestimate would let in-flight calls overfill a token quota.
         self.token_scale = 1.0
+        #: Completion tokens per call, learned the same way (reserved when the model sets no
+        #: `max_output_tokens`).
+        self.output_mean = float(config.output_tokens_guess)
+
+    def assume_window_full(self) -> None:
+        """Admit nothing until one window has passed (after a restart lost the window)."""
+        if self.config.requests_per_minute or self.config.tokens_per_minute:
+            span = self.config.window_seconds + self.config.window_margin
+            self._cooldown_until = max(self._cooldown_until, self._now() + span)
+
+    def reservation(self, tokens: int, max_output: int | None = None) -> int:
+        """Tokens a call reserves: its scaled prompt estimate plus its completion."""
+        output = max_output if max_output is not None else self.output_mean
+        return math.ceil(tokens * self.token_scale) + math.ceil(output)
 
     def _expire(self, now: float) -> None:
         horizon = now - (self.config.window_seconds + self.config.window_margin)
         while self._closed and self._closed[0][0] <= horizon:
             self._closed_tokens -= self._closed.popleft()[1]
 
-    def try_acquire(self, tokens: int = 0, ticket: str = "") -> tuple[bool, float]:
-        """(granted, seconds to wait before asking again). A grant takes one in-flight slot,
-        which `release(ticket, ...)` gives back."""
+    def try_acquire(
+        self, tokens: int = 0, ticket: str = "", max_output: int | None = None
+    ) -> tuple[bool, float]:
+        """(granted, seconds to wait before asking again) for a call with a prompt of about
+        `tokens`. A grant takes one in-flight slot, which `release(ticket, ...)` gives back.
+        Raises `RequestTooLarge` for a call that no window could ever hold."""
         now = self._now()
         self._expire(now)
         self._grow(now)
         wait = 0.0
         in_flight = len(self._open)
-        reserve = math.ceil(tokens * self.token_scale)
+        reserve = self.reservation(tokens, max_output)
+        tpm = self.config.tokens_per_minute
+        if tpm is not None and reserve > tpm:
+            self._waiting.discard(ticket)
+            prompt = math.ceil(tokens * self.token_scale)
+            raise RequestTooLarge(
+                f"this call reserves {reserve:,} tokens (prompt ~{prompt:,} + completion "
+                f"{reserve - prompt:,}) but model.rate_limit.tokens_per_minute is {tpm:,}: "
+                "it could never be sent within the quota. Raise the quota, or lower "
+                "model.max_output_tokens"
+            )
         self.last_denial = None
         if now < self._cooldown_until:
             wait = self._cooldown_until - now
@@ -98,11 +141,11 @@ class RateLimiter:
             wait = 0.05  # a slot frees when a call returns; ask again soon
             self.last_denial = "concurrency"
         else:
-            rpm, tpm = self.config.requests_per_minute, self.config.tokens_per_minute
+            rpm = self.config.requests_per_minute
             counted = in_flight + len(self._closed)
             counted_tokens = self._open_tokens + self._closed_tokens
             over_requests = rpm is not None and counted >= rpm
-            over_tokens = tpm is not None and counted and counted_tokens + reserve > tpm
+            over_tokens = tpm is not None and counted_tokens + reserve > tpm
             if over_requests or over_tokens:
                 span = self.config.window_seconds + self.config.window_margin
                 wait = self._closed[0][0] + span - now if self._closed else 0.05
@@ -121,30 +164,39 @@ class RateLimiter:
         ticket: str = "",
         outcome: Outcome = "ok",
         retry_after: float | None = None,
-        tokens: int | None = None,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
     ) -> None:
-        """Give the ticket's slot back and learn from how the call went. `tokens`: what the
-        call really used (prompt + completion, from the provider's usage); it replaces the
-        reservation the slot was granted with, so a token quota is filled by real counts, and
-        it teaches `token_scale` how far off the callers' estimates are."""
+        """Give the ticket's slot back and learn from how the call went. `prompt_tokens` and
+        `output_tokens`: what the call really used, from the provider's usage (None when it
+        reported none); they replace the reservation in the window, so a token quota is
+        filled by real counts, and they teach `token_scale` and `output_mean`."""
         now = self._now()
         in_flight = len(self._open)  # this call included
         if ticket in self._open:
             reserved, estimate = self._open.pop(ticket)
-            if tokens is not None and estimate > 0:
-                ratio = min(max(tokens / estimate, 0.1), 10.0)
-                self.token_scale += TOKEN_SCALE_WEIGHT * (ratio - self.token_scale)
-            counted = reserved if tokens is None else tokens
+            counted = reserved
+            if prompt_tokens is not None and output_tokens is not None:
+                if estimate > 0:
+                    ratio = min(max(prompt_tokens / estimate, 0.1), 10.0)
+                    self.token_scale += TOKEN_SCALE_WEIGHT * (ratio - self.token_scale)
+                self.output_mean += TOKEN_SCALE_WEIGHT * (output_tokens - self.output_mean)
+                counted = prompt_tokens + output_tokens
             self._open_tokens -= reserved
             self._closed_tokens += counted
             self._closed.append((now, counted))
-        if outcome == "rate_limit":
+        if outcome in ("rate_limit", "quota"):
             self.rate_limited += 1
+            self._last_decrease = self._last_increase = now
+        if outcome == "rate_limit":
             sent = min(self.limit, max(in_flight, 1))
             self.limit = max(float(self.config.min_concurrency), sent * self.config.decrease_factor)
-            self._last_decrease = self._last_increase = now
-            if retry_after:
-                self._cooldown_until = max(self._cooldown_until, now + retry_after)
+        if outcome == "quota" and not retry_after:
+            # The window is full at the provider: hold until its oldest call leaves it.
+            span = self.config.window_seconds + self.config.window_margin
+            retry_after = (self._closed[0][0] + span - now) if self._closed else span
+        if outcome in ("rate_limit", "quota") and retry_after:
+            self._cooldown_until = max(self._cooldown_until, now + retry_after)
 
     def _grow(self, now: float) -> None:
         if now - max(self._last_decrease, self._last_increase) >= self.config.clean_period:
@@ -175,7 +227,8 @@ def outcome_of(failure: Failure | None) -> tuple[Outcome, float | None]:
     if failure is None:
         return "ok", None
     if failure.kind is FailureKind.RATE_LIMIT:
-        return "rate_limit", failure.retry_after
+        kind: Outcome = "quota" if _PER_MINUTE.search(failure.reason) else "rate_limit"
+        return kind, failure.retry_after
     return "error", None
 
 
@@ -185,11 +238,11 @@ class LocalLimiter:
     def __init__(self, limiter: RateLimiter) -> None:
         self.limiter = limiter
 
-    async def acquire(self, estimated_tokens: int) -> str:
+    async def acquire(self, estimated_tokens: int, max_output: int | None = None) -> str:
         ticket = new_ticket()
         try:
             while True:
-                granted, wait = self.limiter.try_acquire(estimated_tokens, ticket)
+                granted, wait = self.limiter.try_acquire(estimated_tokens, ticket, max_output)
                 if granted:
                     return ticket
                 await asyncio.sleep(min(wait, 1.0))
@@ -197,10 +250,62 @@ class LocalLimiter:
             self.limiter.forget(ticket)
             raise
 
-    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None:
-        self.limiter.release(ticket, *outcome_of(failure), tokens=tokens)
+    def report(
+        self, ticket: str, failure: Failure | None, used: tuple[int, int] | None = None
+    ) -> None:
+        self.limiter.release(ticket, *outcome_of(failure), *(used or (None, None)))
 
 
 def new_ticket() -> str:
     """A grant's id, unique across processes and nodes."""
     return uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------- one limiter per quota
+
+
+def quota_key(model: ModelConfig, offline: OfflineConfig) -> str:
+    """Who counts a model's quota: the account (the key variable's name, else the endpoint,
+    else the provider's default key) and the model. Two runs, or a run and its judge, that
+    share a key share its quota, so they share one limiter."""
+    if model.is_offline and model.api_base is None:  # the loopback provider of these settings
+        digest = hashlib.sha256(offline.model_dump_json().encode()).hexdigest()[:12]
+        account = f"offline-{digest}"
+    else:
+        account = model.api_key_env or model.api_base or "default-key"
+    return f"{account}|{model.resolved_litellm_model()}"
+
+
+def check_quotas(configs: Iterable[RunConfig]) -> None:
+    """Runs that share a quota must agree on it: a second `rate_limit` for the same key would
+    otherwise be silently dropped (or doubled)."""
+    seen: dict[str, tuple[RateLimitConfig, str]] = {}
+    for config in configs:
+        for role, model in (("model", config.model), ("judge.model", config.judge_model())):
+            key = quota_key(model, config.offline)
+            where = f"{role} {model.name!r} (config {config.config_hash()[:8]})"
+            if key in seen and seen[key][0] != model.rate_limit:
+                raise ConfigError(
+                    f"{where} and {seen[key][1]} share a quota ({key}) but set different "
+                    "rate_limit blocks; give them the same model.rate_limit, or separate keys "
+                    "(model.api_key_env)"
+                )
+            seen.setdefault(key, (model.rate_limit, where))
+
+
+class LocalLimiters:
+    """The in-process limiter factory: one `RateLimiter` per quota key, shared by every caller
+    in this process (the local engine, `ask`, the judge)."""
+
+    def __init__(self) -> None:
+        self._limiters: dict[str, LocalLimiter] = {}
+
+    def limiter(self, model: ModelConfig, offline: OfflineConfig) -> LocalLimiter:
+        key = quota_key(model, offline)
+        if key not in self._limiters:
+            self._limiters[key] = LocalLimiter(RateLimiter(model.rate_limit))
+        return self._limiters[key]
+
+
+#: This process's limiters: whoever calls a model in-process asks here.
+LOCAL_LIMITERS = LocalLimiters()

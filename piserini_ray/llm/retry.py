@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.stop import stop_base
 
 from piserini_ray.config import RetryConfig
-from piserini_ray.errors import PiseriniRayError
+from piserini_ray.errors import InfrastructureError, PiseriniRayError, RequestTooLarge
 
 
 class FailureKind(enum.StrEnum):
@@ -90,6 +90,10 @@ def parse_retry_after(value: str, now: float | None = None) -> float | None:
 def classify(exc: BaseException) -> Failure:
     """Map any exception from an LLM call to rate limit, transient or permanent."""
     reason = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, RequestTooLarge):  # refused by our limiter before it was sent
+        return Failure(FailureKind.PERMANENT, str(exc))
+    if isinstance(exc, InfrastructureError):  # not the call's fault: it goes up as it is
+        return Failure(FailureKind.PERMANENT, reason)
     if isinstance(exc, litellm.RateLimitError):
         body = getattr(exc, "body", None)
         codes = {str(body.get(k)) for k in ("code", "type")} if isinstance(body, dict) else set()

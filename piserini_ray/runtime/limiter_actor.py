@@ -11,32 +11,52 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from piserini_ray.config import RateLimitConfig
-from piserini_ray.llm.limiter import LimiterStats, Outcome, RateLimiter, new_ticket, outcome_of
+from piserini_ray.config import ModelConfig, RateLimitConfig
+from piserini_ray.errors import InfrastructureError, RequestTooLarge
+from piserini_ray.llm.limiter import (
+    LimiterStats,
+    Outcome,
+    RateLimiter,
+    new_ticket,
+    outcome_of,
+    quota_key,
+)
 from piserini_ray.llm.retry import Failure
+from piserini_ray.offline.config import OfflineConfig
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
 class LimiterActor:
     """An async actor: a ticket's `acquire` is one call that returns when its slot is granted
     (waiters sleep on a condition, woken by every release), instead of thousands of polls.
-    All methods run on the actor's one event loop, so the limiter needs no locking."""
+    All methods run on the actor's one event loop, so the limiter needs no locking.
+
+    Restarted by Ray after a crash, it has lost its window: it then admits nothing for one
+    window (`RateLimiter.assume_window_full`), so a restart never doubles a quota."""
 
     def __init__(self, config: RateLimitConfig) -> None:
         self.limiter = RateLimiter(config)
+        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        if self.restarted:
+            self.limiter.assume_window_full()
         self.released = asyncio.Condition()
         self.abandoned: set[str] = set()
 
-    async def acquire(self, tokens: int, ticket: str) -> bool:
-        """Wait for a slot; False if the ticket gave up meanwhile."""
+    async def acquire(self, tokens: int, ticket: str, max_output: int | None = None) -> str:
+        """Wait for a slot: "granted", "abandoned" (the ticket gave up meanwhile), or the
+        message of a `RequestTooLarge` (raised again by the caller, not here: a Ray task
+        error would hide its type)."""
         while True:
             if ticket in self.abandoned:
                 self.abandoned.discard(ticket)
                 self.limiter.forget(ticket)
-                return False
-            granted, wait = self.limiter.try_acquire(tokens, ticket)
+                return "abandoned"
+            try:
+                granted, wait = self.limiter.try_acquire(tokens, ticket, max_output)
+            except RequestTooLarge as e:
+                return f"too large: {e}"
             if granted:
-                return True
+                return "granted"
             if self.limiter.last_denial == "concurrency":
                 wait = 1.0  # a release wakes us; the timeout only guards against a lost one
             async with self.released:
@@ -44,9 +64,13 @@ class LimiterActor:
                     await asyncio.wait_for(self.released.wait(), timeout=wait)
 
     async def release(
-        self, ticket: str, outcome: Outcome, retry_after: float | None, tokens: int | None = None
+        self,
+        ticket: str,
+        outcome: Outcome,
+        retry_after: float | None,
+        used: tuple[int, int] | None = None,
     ) -> None:
-        self.limiter.release(ticket, outcome, retry_after, tokens)
+        self.limiter.release(ticket, outcome, retry_after, *(used or (None, None)))
         async with self.released:
             self.released.notify_all()
 
@@ -64,42 +88,60 @@ class LimiterActor:
 class RemoteLimiter:
     """The LLM client's `Limiter` over a `LimiterActor` handle.
 
-    The limiter lives on the driver's node and is restarted by Ray if its process dies (it then
-    starts afresh). While it restarts, callers wait; if it is gone for good, calls go ahead
-    unlimited (the provider's own 429s still slow them down) rather than fail queries.
+    The limiter lives on the driver's node and is restarted by Ray if its process dies: while
+    it restarts, callers wait. If it is gone for good, a call never goes ahead unlimited: it
+    raises `InfrastructureError`, and the scheduler runs the query again once it can.
     """
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
-        self.gone = False
 
-    async def acquire(self, estimated_tokens: int) -> str:
+    async def acquire(self, estimated_tokens: int, max_output: int | None = None) -> str:
         ticket = new_ticket()
         try:
-            while not self.gone:
+            while True:
                 try:
-                    if await self.handle.acquire.remote(estimated_tokens, ticket):
-                        return ticket
+                    answer = await self.handle.acquire.remote(estimated_tokens, ticket, max_output)
                 except ActorUnavailableError:
                     await asyncio.sleep(0.5)  # restarting: ask again
-                except (ActorDiedError, RayActorError):
-                    self.gone = True
+                    continue
+                except (ActorDiedError, RayActorError) as e:
+                    raise InfrastructureError(
+                        f"the rate limiter of this model is gone ({type(e).__name__}); the "
+                        "query is not sent unlimited"
+                    ) from None
+                if answer == "granted":
+                    return ticket
+                if answer.startswith("too large: "):
+                    raise RequestTooLarge(answer.removeprefix("too large: "))
         except asyncio.CancelledError:
-            if not self.gone:
-                self.handle.abandon.remote(ticket)
+            self.handle.abandon.remote(ticket)
             raise
-        return ticket  # the limiter is gone for good: unlimited
 
-    def report(self, ticket: str, failure: Failure | None, tokens: int | None = None) -> None:
-        if not self.gone:
-            self.handle.release.remote(ticket, *outcome_of(failure), tokens)
+    def report(
+        self, ticket: str, failure: Failure | None, used: tuple[int, int] | None = None
+    ) -> None:
+        self.handle.release.remote(ticket, *outcome_of(failure), used)
+
+
+def job_limiter_prefix() -> str:
+    """Limiter actors are named per job, so replicas find them by name (handles in constructor
+    arguments would put those arguments in the object store, which breaks actor restarts)."""
+    return f"piserini-limiter:{ray.get_runtime_context().get_job_id()}:"
+
+
+def limiter_name(prefix: str, model: ModelConfig, offline: OfflineConfig) -> str:
+    """The actor name of a model's limiter: one per quota key (see `llm.limiter.quota_key`)."""
+    return prefix + quota_key(model, offline)
 
 
 def start_limiter(name: str, config: RateLimitConfig) -> Any:
-    """A limiter actor pinned to this (the driver's) node, restarted by Ray if it dies."""
+    """The named limiter actor (started, or the running one), pinned to this (the driver's)
+    node and restarted by Ray if it dies."""
     node = ray.get_runtime_context().get_node_id()
     return LimiterActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
         name=name,
+        get_if_exists=True,
         max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
     ).remote(config)

@@ -14,7 +14,12 @@ from piserini_ray.data import Query, load_benchmark
 from piserini_ray.judge import judge_client, judge_many, to_judge
 from piserini_ray.records import Judgement, QueryRecord, RankingLog
 from piserini_ray.report.metrics import QueryFacts, facts_for
-from piserini_ray.runtime.limiter_actor import RemoteLimiter, start_limiter
+from piserini_ray.runtime.limiter_actor import (
+    RemoteLimiter,
+    job_limiter_prefix,
+    limiter_name,
+    start_limiter,
+)
 from piserini_ray.store import RunStore
 
 CHUNK = 50
@@ -58,7 +63,7 @@ def judge_on_ray(
     if not todo:
         return done
     log(f"judging {len(todo)} answers with {model.name} on Ray ({len(done)} judged before)")
-    name = f"piserini-judge-limiter:{ray.get_runtime_context().get_job_id()}:{model.name}"
+    name = limiter_name(job_limiter_prefix(), model, config.offline)
     limiter = start_limiter(name, model.rate_limit)
     try:
         streams: list[Any] = [  # ObjectRefGenerators

@@ -36,7 +36,7 @@ from piserini_ray.errors import PiseriniRayError
 from piserini_ray.llm.secrets import scrub
 from piserini_ray.pipeline import PreparedRun
 from piserini_ray.records import QueryRecord, Usage, now_iso
-from piserini_ray.runtime.limiter_actor import start_limiter
+from piserini_ray.runtime.limiter_actor import job_limiter_prefix, limiter_name, start_limiter
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
@@ -144,14 +144,12 @@ def _execute(
     runtime: Any,
     log: Callable[[str], None],
 ) -> None:
-    # Named per job, so replicas find them by name (handles in constructor arguments would
-    # put those arguments in the object store, which breaks actor restarts).
-    prefix = f"piserini-limiter:{ray.get_runtime_context().get_job_id()}:"
-    limiters = {}
+    prefix = job_limiter_prefix()
+    limiters: dict[str, Any] = {}  # actor name -> handle, one per quota key
     for run in runs:
-        name = run.config.model.name
+        name = limiter_name(prefix, run.config.model, run.config.offline)
         if name not in limiters:
-            limiters[name] = start_limiter(prefix + name, run.config.model.rate_limit)
+            limiters[name] = start_limiter(name, run.config.model.rate_limit)
     groups: dict[str, _Group] = {}
     for run in runs:
         key = _group_key(run.config)
@@ -170,7 +168,7 @@ def _execute(
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
                 runtime_env={"env_vars": JVM_SAFE_ENV},
-            ).remote(run.config.benchmark, retrieval, prefix)
+            ).remote(run.config.benchmark, retrieval)
             for _ in range(runtime.replicas)
         ]
         groups[key] = _Group(actors, capacity=runtime.max_concurrency)
@@ -206,6 +204,7 @@ def _execute(
                 agent=plan.config.agent,
                 tools=plan.config.tools,
                 api_base=bases[str(plan.run_dir)],
+                limiter=limiter_name(prefix, plan.config.model, plan.config.offline),
             )
             ref = group.actors[index].run.remote(job)
             group.load[index] = group.load.get(index, 0) + 1

@@ -43,16 +43,14 @@ class QueryJob(BaseModel):
     agent: AgentConfig
     tools: ToolsConfig
     api_base: str | None = None
+    limiter: str  # the name of the model's limiter actor (one per quota key)
 
 
 @ray.remote
 class SearchWorker:
-    def __init__(
-        self, benchmark: BenchmarkConfig, retrieval: RetrievalConfig, limiter_prefix: str
-    ) -> None:
+    def __init__(self, benchmark: BenchmarkConfig, retrieval: RetrievalConfig) -> None:
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self.searcher: BM25Searcher = self._jvm.submit(self._open, benchmark, retrieval).result()
-        self._limiter_prefix = limiter_prefix
         self._clients: dict[str, LLMClient] = {}
 
     @staticmethod
@@ -69,8 +67,7 @@ class SearchWorker:
     def _client(self, job: QueryJob) -> LLMClient:
         key = f"{job.model.model_dump_json()}|{job.retry.model_dump_json()}|{job.api_base}"
         if key not in self._clients:
-            handle = ray.get_actor(self._limiter_prefix + job.model.name)
-            limiter = RemoteLimiter(handle)
+            limiter = RemoteLimiter(ray.get_actor(job.limiter))
             self._clients[key] = LLMClient(job.model, job.retry, job.api_base, limiter)
         return self._clients[key]
 
