@@ -25,7 +25,21 @@ os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="piserini-ray-tests-
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def _find_shared() -> Path:
+    """The project's shared folder (spec, data): `$PISERINI_RAY_SHARED`, else the first
+    `shared/` beside the checkout or beside one of its parents (CI lays a copy next to its
+    clone, wherever that is)."""
+    if os.environ.get("PISERINI_RAY_SHARED"):
+        return Path(os.environ["PISERINI_RAY_SHARED"])
+    for folder in Path(__file__).resolve().parents[1:]:
+        if (folder / "shared" / "data").is_dir():
+            return folder / "shared"
+    return Path(__file__).resolve().parents[2] / "shared"
+
+
+SHARED = _find_shared()
 
 
 def assert_golden(name: str, text: str) -> None:
@@ -59,6 +73,26 @@ def searcher(sample_index: Path):
     from piserini_ray.retrieval import BM25Searcher
 
     return BM25Searcher(sample_index)
+
+
+#: Query texts full of Lucene syntax: the search tool must treat them as bags of words.
+LUCENE_SPECIALS = [
+    '"unbalanced quote',
+    "title:Journal AND (psychotherapy OR integration)",
+    "NOT a OR b",
+    "wild* card? ~fuzzy^2",
+    "back\\slash \\ \\\\",
+    "[range TO query] {x TO y}",
+    "+must -not && || !bang",
+    "/regex/ path/like/this",
+    "",
+    "   ",
+    "?!.,;:()[]{}",
+    "the of and a",
+    "Zürich Ελληνικά 東京 naïve café",
+    "\x00\x01 control \t chars \n newline",
+    "emoji 🎉 query",
+]
 
 
 #: Documents chosen to break things: hostile docids, a long document, CR/LF mixes, no title.

@@ -123,3 +123,36 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     out = _cli("index", "--config", str(config), home=tmp_path)
     assert out.returncode == 2
     assert "needs benchmark.queries and benchmark.corpus" in out.stderr
+
+
+# ---------------------------------------------------------------- clear errors, exit status 2
+
+
+def test_an_unknown_query_id_is_a_clear_error(capsys, index_root: Path) -> None:
+    from piserini_ray.cli import main
+
+    status = main(["ask", "--query-id", "no-such-query", "--index-root", str(index_root)])
+    err = capsys.readouterr().err
+    assert status == 2 and "has no query 'no-such-query'" in err and "Traceback" not in err
+
+
+def test_a_config_that_is_not_utf8_names_the_file_and_line(capsys, tmp_path: Path) -> None:
+    from piserini_ray.cli import main
+
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("slice:\n  sample: 5\n# café\n".encode("latin-1"))
+    status = main(["index", "--config", str(config)])
+    err = capsys.readouterr().err
+    assert status == 2 and f"{config}:3: not UTF-8 text" in err and "save the file as UTF-8" in err
+
+
+def test_an_error_of_the_llm_client_exits_2(capsys, monkeypatch) -> None:
+    from piserini_ray import cli
+    from piserini_ray.llm.retry import Failure, FailureKind, RetryError
+
+    def fails(_args: object) -> int:
+        raise RetryError(Failure(FailureKind.PERMANENT, "AuthenticationError: no"), 1)
+
+    monkeypatch.setattr(cli, "cmd_index", fails)
+    status = cli.main(["index"])
+    assert status == 2 and "permanent after 1 attempt(s)" in capsys.readouterr().err

@@ -271,6 +271,14 @@ def test_transient_errors_are_retried(searcher, provider, sample) -> None:
     assert all(r.startswith("transient") for r in record.trajectory[0].retries)
 
 
+def test_a_failed_call_shows_every_attempt_on_its_turn(searcher, provider, sample) -> None:
+    provider.script(*[Scripted(kind="http_error", status=503)] * FAST_RETRY.max_attempts)
+    record, _ = _run(searcher, provider, sample, "test/scripted")
+    assert record.status == "failed" and "after 6 attempt(s)" in (record.error or "")
+    turn = record.trajectory[-1]
+    assert turn.attempts == 6 and len(turn.retries) == 5 and turn.model_seconds > 0
+
+
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [

@@ -2,8 +2,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import EDGE_DOCS, assert_golden
-from test_searcher import LUCENE_SPECIALS
+from conftest import EDGE_DOCS, LUCENE_SPECIALS, assert_golden
 
 from piserini_ray.config import ToolsConfig
 from piserini_ray.retrieval import BM25Searcher
@@ -310,6 +309,8 @@ def test_spill_on_a_deep_page(searcher: BM25Searcher, tmp_path: Path) -> None:
     assert result.spill_file == "0001-read_search_results-s1-ranks-1-1000.txt"
     assert "[1000]" in (tmp_path / result.spill_file).read_text()
     assert "[1000]" not in result.output
+    # The full text also stays with the session, for the record (the run store writes it).
+    assert session.spills[result.spill_file] == (tmp_path / result.spill_file).read_text()
 
 
 def test_spill_names_cannot_escape(edge_searcher: BM25Searcher, tmp_path: Path) -> None:
@@ -327,6 +328,21 @@ def test_spill_names_cannot_escape(edge_searcher: BM25Searcher, tmp_path: Path) 
     assert sorted(p.name for p in spill.iterdir()) == sorted(names)
     assert list(tmp_path.iterdir()) == [spill]  # nothing landed beside the spill folder
     assert safe_component("..") != safe_component("_") and safe_component("s1") == "s1"
+
+
+def test_a_failure_inside_a_tool_is_an_observation_not_a_crash(
+    searcher: BM25Searcher, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spill folder that cannot be written (here: a file in its way) is our failure, not
+    the model's: the agent sees an error it can act on, the log gets the details."""
+    (tmp_path / "spill").write_text("a file where the folder should be")
+    session = ToolSession(searcher, spill_dir=tmp_path / "spill")
+    assert _search(session, "first american city state world year war born").ok
+    with caplog.at_level("WARNING"):
+        result = _browse(session, offset=1, limit=1000)  # long enough to spill
+    assert not result.ok and "the read_search_results tool failed internally" in result.output
+    assert "read_search_results failed inside the tool" in caplog.text
+    assert _browse(session, offset=6, limit=5).ok  # the session goes on
 
 
 # ---------------------------------------------------------------- schemas

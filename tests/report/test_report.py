@@ -99,7 +99,7 @@ def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
     assert "gpt-5.5 (paper) | 83.1" in markdown_report([bcp])
 
 
-def test_rankings_log_is_kept_beside_the_records(tmp_path: Path) -> None:
+def test_rankings_travel_in_the_record_line(tmp_path: Path) -> None:
     with RunStore(tmp_path / "run", RunConfig()) as store:
         record = _record("q1", "completed", 50).model_copy(
             update={
@@ -108,9 +108,27 @@ def test_rankings_log_is_kept_beside_the_records(tmp_path: Path) -> None:
             }
         )
         store.append(record)
-        (store.run_dir / "rankings.jsonl").open("a").write('{"query_id": "q9", "sea')  # torn
         assert store.rankings() == {"q1": record.rankings}
-        assert store.records()[0].rankings == []  # not duplicated into records.jsonl
+        assert store.records()[0].rankings == []  # left out unless asked: most of the size
+        assert store.records(rankings=True)[0].rankings == record.rankings
+    assert not (tmp_path / "run" / "rankings.jsonl").exists()  # one line holds the query
+
+
+def test_calls_without_usage_make_the_cost_a_stated_lower_bound(tmp_path: Path) -> None:
+    from piserini_ray.report import judge_and_report
+
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        for qid, missing in (("2hop__150763_14904", 0), ("2hop__6584_6587", 2)):
+            record = _record(qid, "completed", 50).model_copy(
+                update={"config_hash": store.config_hash, "calls_without_usage": missing}
+            )
+            store.append(record)
+    metrics = judge_and_report(RunConfig(), tmp_path / "run", lambda _m: None, judge=False)
+    assert metrics.calls_without_usage == 2
+    assert (
+        "Warning: 2 calls reported no usage; cost is a lower bound"
+        in (tmp_path / "run" / "report.md").read_text()
+    )
 
 
 def test_exports(tmp_path: Path) -> None:

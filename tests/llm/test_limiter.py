@@ -1,10 +1,10 @@
-"""The limiter's rules on a fake clock (the cluster-wide behaviour is in test_runtime.py)."""
+"""The limiter's rules on a fake clock (the cluster-wide behaviour is in tests/runtime/)."""
 
-from piserini_ray.config import RateLimitConfig
 import random
 
 import pytest
 
+from piserini_ray.config import RateLimitConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
 from piserini_ray.llm.limiter import RateLimiter, check_quotas, new_ticket, outcome_of
 from piserini_ray.llm.retry import Failure, FailureKind

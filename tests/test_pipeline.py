@@ -1,0 +1,113 @@
+"""`prepare()`: everything that can be checked is checked before a run directory exists and
+before a token is paid for (real files, a real index)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.config import load_config
+from piserini_ray.errors import ConfigError, DataError
+from piserini_ray.local_run import run_local
+from piserini_ray.pipeline import prepare
+
+DOCS = [
+    {"docid": "d1", "title": "Okapi", "text": "The okapi lives in the Ituri rainforest."},
+    {"docid": "d2", "title": "Zebra", "text": "Zebras have black and white stripes."},
+    {"docid": "d3", "title": "Giraffe", "text": "The giraffe is the tallest living animal."},
+]
+QUERIES = [
+    {"query_id": "q1", "query": "Where does the okapi live?", "answer": "Ituri rainforest"},
+    {"query_id": "q2", "query": "Which animal is the tallest?", "answer": "giraffe"},
+]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def _benchmark(tmp_path: Path, qrels: str = "q1 Q0 d1 1\nq2 Q0 d3 1\n", docs=DOCS) -> Path:
+    _jsonl(tmp_path / "queries.jsonl", QUERIES)
+    _jsonl(tmp_path / "corpus.jsonl", docs)
+    (tmp_path / "evidence.txt").write_text(qrels)
+    config = tmp_path / "bench.yaml"
+    config.write_text(
+        "benchmark: {source: jsonl, name: animals, queries: queries.jsonl, "
+        "corpus: corpus.jsonl, qrels_evidence: evidence.txt}\n"
+        f"retrieval: {{index_root: {tmp_path / 'indexes'}}}\n"
+    )
+    return config
+
+
+def _prepare(config_path: Path, run_dir: Path, log=lambda _m: None):
+    with contextlib.ExitStack() as stack:
+        return prepare([(load_config(config_path), run_dir)], log, stack)
+
+
+def test_qrels_naming_documents_outside_the_corpus_warn_with_counts(tmp_path: Path) -> None:
+    config = _benchmark(tmp_path, "q1 Q0 d1 1\nq1 Q0 gone 1\nq2 Q0 d3 1\n")
+    messages: list[str] = []
+    (run,) = _prepare(config, tmp_path / "run", messages.append)
+    assert [q.query_id for q in run.todo] == ["q1", "q2"]
+    assert any(
+        "1 of 3 evidence qrels name documents that are not in the corpus (e.g. 'gone')" in m
+        for m in messages
+    )
+
+
+@pytest.mark.parametrize(
+    ("qrels", "problem"),
+    [
+        ("q1 Q0 gone 1\nq2 Q0 lost 1\n", "none of the 2 documents of these evidence qrels"),
+        ("x1 Q0 d1 1\nx2 Q0 d3 1\n", "none of the 2 query ids of these evidence qrels"),
+    ],
+)
+def test_unusable_qrels_stop_before_the_run_directory_exists(
+    tmp_path: Path, qrels: str, problem: str
+) -> None:
+    config = _benchmark(tmp_path, qrels)
+    with pytest.raises(DataError, match=rf"evidence\.txt: {problem}"):
+        _prepare(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_duplicate_docid_names_file_and_line_and_leaves_no_run_behind(tmp_path: Path) -> None:
+    config = _benchmark(tmp_path, docs=[*DOCS, {"docid": "d2", "text": "again"}])
+    with pytest.raises(
+        DataError, match=r"corpus\.jsonl:4: docid 'd2' appears twice \(first on line 2\)"
+    ):
+        run_local(load_config(config), tmp_path / "run", log=lambda _m: None)
+    assert not (tmp_path / "run").exists()
+    _jsonl(tmp_path / "corpus.jsonl", DOCS)  # the user fixes the file: the same run dir works
+    summary = run_local(load_config(config), tmp_path / "run", log=lambda _m: None)
+    assert summary.queries == 2
+
+
+def test_a_torn_corpus_line_is_named(tmp_path: Path) -> None:
+    config = _benchmark(tmp_path)
+    with open(tmp_path / "corpus.jsonl", "ab") as f:
+        f.write(b'{"docid": "d4", "text": "cut')
+    with pytest.raises(DataError, match=r"corpus\.jsonl:4"):
+        _prepare(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_sample_larger_than_the_benchmark_is_an_error(tmp_path: Path) -> None:
+    config = load_config(None, {"slice.sample": 500})
+    too_many = r"slice.sample: asks for 500 queries but .* has 100"
+    with pytest.raises(DataError, match=too_many), contextlib.ExitStack() as stack:
+        prepare([(config, tmp_path / "run")], lambda _m: None, stack)
+    assert not (tmp_path / "run").exists()
+
+
+def test_data_paths_without_a_source_are_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "forgot.yaml"
+    config.write_text("benchmark: {queries: q.jsonl, corpus: c.jsonl}\n")
+    with pytest.raises(
+        ConfigError, match=r"benchmark.queries is set but benchmark.source is 'sample'"
+    ):
+        load_config(config)
