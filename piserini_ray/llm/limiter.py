@@ -58,6 +58,8 @@ _PER_MINUTE = re.compile(r"per[ -]min|\b[RT]PM\b|tokens per minute|requests per 
 
 
 class LimiterStats(BaseModel):
+    pid: int = 0  # the process holding the limiter (an actor's, on Ray)
+    restarted: bool = False  # it restarted and admitted nothing for one window
     in_flight: int
     limit: float
     waiting: int

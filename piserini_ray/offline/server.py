@@ -122,6 +122,10 @@ class RecordedRequest:
     scripted: bool = False
     key_hash: str | None = None
     conversation: str | None = None
+    #: Seconds the server waited before answering (latency, scripted latency or hang).
+    delayed: float = 0.0
+    #: Chat requests being handled when this one arrived, itself included.
+    concurrent: int = 0
 
 
 def key_hash(key: str) -> str:
@@ -196,6 +200,7 @@ class _App:
         assert task is not None
         record = RecordedRequest(seq=next(self._seq))
         self.tasks.add(task)
+        record.concurrent = len(self.tasks)
         try:
             response = await self._chat(request, record)
             record.status = response.status
@@ -265,6 +270,7 @@ class _App:
                 return response
             if spec.kind in ("hang", "latency"):
                 seconds = spec.seconds
+                record.delayed += self.config.hang_seconds if seconds is None else seconds
                 await asyncio.sleep(self.config.hang_seconds if seconds is None else seconds)
             reply_fault = spec.kind if spec.kind in REPLY_FAULTS else None
         else:
@@ -272,7 +278,9 @@ class _App:
             if rejection is not None:
                 record.fault = "quota"
                 return rejection
-        await asyncio.sleep(self._latency())
+        latency = self._latency()
+        record.delayed += latency
+        await asyncio.sleep(latency)
         if spec is None:
             fired, status = self._draw_faults()
             if "http_500" in fired:
@@ -280,6 +288,7 @@ class _App:
                 return _error(status, _SERVER_ERRORS[status], "server_error")
             if "hang" in fired:
                 record.fault = "hang"
+                record.delayed += self.config.hang_seconds
                 await asyncio.sleep(self.config.hang_seconds)
                 fired = []
         else:

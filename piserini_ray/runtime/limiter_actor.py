@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any
 
 import ray
@@ -82,7 +83,9 @@ class LimiterActor:
             self.abandoned.add(ticket)
 
     async def stats(self) -> LimiterStats:
-        return self.limiter.stats()
+        return self.limiter.stats().model_copy(
+            update={"pid": os.getpid(), "restarted": self.restarted}
+        )
 
 
 class RemoteLimiter:
@@ -143,5 +146,8 @@ def start_limiter(name: str, config: RateLimitConfig) -> Any:
         name=name,
         get_if_exists=True,
         max_restarts=-1,
+        # A call in flight when the actor died is sent again to its successor (an acquire
+        # waits on, a release of a ticket the new one never granted is a no-op).
+        max_task_retries=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
     ).remote(config)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -198,3 +199,127 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: 
     _resume(run_dir, recorded, 8)
     ids = [r["query_id"] for r in _records(run_dir)]
     assert len(ids) == len(set(ids)) == 8
+
+
+# ---------------------------------------------------------------- processes killed mid-run
+
+
+def _in_process_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
+    )
+
+
+def _kill_when(run_dir: Path, records: int, pid_of: Callable[[], int], killed: list[int]) -> None:
+    """Once the run holds `records` records, SIGKILL the process `pid_of()` names."""
+    _wait_for_records(run_dir, records)
+    pid = pid_of()
+    os.kill(pid, signal.SIGKILL)
+    killed.append(pid)
+
+
+def test_a_replica_killed_with_sigkill_costs_no_query(index_root: Path, tmp_path: Path) -> None:
+    import ray
+
+    _in_process_ray()
+    run_dir = tmp_path / "run"
+    config = load_config(
+        None,
+        {
+            "retrieval.index_root": str(index_root),
+            "slice.sample": 12,
+            "slice.seed": 11,
+            "offline.latency": {"kind": "fixed", "seconds": 0.15},
+            "runtime.replicas": 1,
+            "runtime.max_restarts": 3,
+            "runtime.max_concurrency": 3,
+        },
+    )
+    logs: list[str] = []
+    ready = threading.Event()
+
+    def log(message: str) -> None:
+        logs.append(message)
+        if "searcher replica(s) ready" in message:
+            ready.set()
+
+    def replica_pid() -> int:
+        assert ready.wait(300)
+        line = next(m for m in logs if "searcher replica(s) ready" in m)
+        return int(line.rsplit("pids ", 1)[1].rstrip(")"))
+
+    killed: list[int] = []
+    killer = threading.Thread(
+        target=_kill_when, args=(run_dir, 2, replica_pid, killed), daemon=True
+    )
+    killer.start()
+    try:
+        (summary,) = run_on_ray([(config, run_dir)], log)
+    finally:
+        ray.shutdown()
+    killer.join(timeout=60)
+    assert killed, "the replica was never killed"
+    ids = [r["query_id"] for r in _records(run_dir)]
+    assert len(ids) == len(set(ids)) == 12  # every query recorded, once
+    assert summary.statuses == {"completed": 12}, [r["error"] for r in _records(run_dir)]
+    assert any("replica lost" in m for m in logs)  # the queries in flight ran again
+    back = [m for m in logs if m.startswith("replica 0 is back (pid ")]
+    assert back and f"(pid {killed[0]})" not in back[0]  # a new process took over
+    assert not any("gone for good" in m for m in logs)
+
+
+def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
+    index_root: Path, tmp_path: Path
+) -> None:
+    import ray
+
+    from piserini_ray.llm.limiter import quota_key
+    from piserini_ray.runtime.limiter_actor import job_limiter_prefix
+
+    _in_process_ray()
+    run_dir = tmp_path / "run"
+    rate_limit = {"requests_per_minute": 1000, "window_seconds": 1.0, "window_margin": 0.1}
+    config = load_config(
+        None,
+        {
+            "retrieval.index_root": str(index_root),
+            "slice.sample": 10,
+            "slice.seed": 12,
+            "offline.latency": {"kind": "fixed", "seconds": 0.1},
+            "model.rate_limit": rate_limit,
+            "runtime.max_concurrency": 3,
+        },
+    )
+    name = job_limiter_prefix() + quota_key(config.model, config.offline)
+
+    def limiter_pid() -> int:
+        return ray.get(ray.get_actor(name).stats.remote()).pid
+
+    stats: list[object] = []
+
+    def kill_then_look() -> None:
+        killed: list[int] = []
+        _kill_when(run_dir, 3, limiter_pid, killed)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until Ray has brought it back
+            with contextlib.suppress(Exception):
+                found = ray.get(ray.get_actor(name).stats.remote(), timeout=5)
+                if found.pid != killed[0]:
+                    stats.append(found)
+                    return
+            time.sleep(0.2)
+
+    looker = threading.Thread(target=kill_then_look, daemon=True)
+    looker.start()
+    try:
+        (summary,) = run_on_ray([(config, run_dir)], lambda _m: None)
+        looker.join(timeout=120)
+    finally:
+        ray.shutdown()
+    ids = [r["query_id"] for r in _records(run_dir)]
+    assert len(ids) == len(set(ids)) == 10 and summary.statuses == {"completed": 10}
+    assert stats and stats[0].restarted  # restarted, and it held one window before admitting
