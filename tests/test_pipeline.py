@@ -13,6 +13,7 @@ from piserini_ray.config import load_config
 from piserini_ray.errors import ConfigError, DataError
 from piserini_ray.local_run import run_local
 from piserini_ray.pipeline import prepare
+from piserini_ray.store import RunStore
 
 DOCS = [
     {"docid": "d1", "title": "Okapi", "text": "The okapi lives in the Ituri rainforest."},
@@ -111,3 +112,27 @@ def test_data_paths_without_a_source_are_an_error(tmp_path: Path) -> None:
         ConfigError, match=r"benchmark.queries is set but benchmark.source is 'sample'"
     ):
         load_config(config)
+
+
+def test_the_local_engine_asks_the_models_limiter_for_every_call(
+    sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    """`--engine local` honours `model.rate_limit`: every attempt it sent was granted by the
+    process's limiter for that quota key (the same one `ask` and the judge use)."""
+    from piserini_ray.llm.limiter import LOCAL_LIMITERS
+
+    config = load_config(
+        None,
+        {
+            "retrieval.index_root": str(index_root),
+            "slice.sample": 2,
+            "slice.seed": 9,
+            "model.rate_limit.requests_per_minute": 500,
+        },
+    )
+    limiter = LOCAL_LIMITERS.limiter(config.model, config.offline).limiter
+    before = limiter.granted
+    run_local(config, tmp_path / "run", log=lambda _m: None)
+    with RunStore(tmp_path / "run", config) as store:
+        attempts = sum(t.attempts for r in store.records() for t in r.trajectory)
+    assert attempts > 0 and limiter.granted - before == attempts
