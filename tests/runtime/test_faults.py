@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from piserini_ray.config import load_config
+from piserini_ray.config import RunConfig, load_config
 from piserini_ray.runtime import run_on_ray
 
 
@@ -28,6 +28,20 @@ def _records(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
+
+
+def _fault_config(index_root: Path, queries: int, seed: int, **more: object) -> RunConfig:
+    """The sample's `queries` (seeded), each model call 0.15 s: runs long enough to hurt."""
+    return load_config(
+        None,
+        {
+            "retrieval.index_root": str(index_root),
+            "slice.sample": queries,
+            "slice.seed": seed,
+            "offline.latency": {"kind": "fixed", "seconds": 0.15},
+            **more,
+        },
+    )
 
 
 def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_path: Path) -> None:
@@ -49,13 +63,11 @@ def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_pa
     try:
         ray.init(address=cluster.address, log_to_driver=False)
         run_dir = tmp_path / "run"
-        config = load_config(
-            None,
-            {
-                "retrieval.index_root": str(index_root),
-                "slice.sample": 10,
-                "slice.seed": 7,
-                "offline.latency": {"kind": "fixed", "seconds": 0.15},
+        config = _fault_config(
+            index_root,
+            10,
+            7,
+            **{
                 "runtime.address": cluster.address,
                 "runtime.replicas": 2,
                 "runtime.cpus_per_replica": 0.5,
@@ -227,17 +239,11 @@ def test_a_replica_killed_with_sigkill_costs_no_query(index_root: Path, tmp_path
 
     _in_process_ray()
     run_dir = tmp_path / "run"
-    config = load_config(
-        None,
-        {
-            "retrieval.index_root": str(index_root),
-            "slice.sample": 12,
-            "slice.seed": 11,
-            "offline.latency": {"kind": "fixed", "seconds": 0.15},
-            "runtime.replicas": 1,
-            "runtime.max_restarts": 3,
-            "runtime.max_concurrency": 3,
-        },
+    config = _fault_config(
+        index_root,
+        12,
+        11,
+        **{"runtime.replicas": 1, "runtime.max_restarts": 3, "runtime.max_concurrency": 3},
     )
     logs: list[str] = []
     ready = threading.Event()
@@ -283,16 +289,11 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
     _in_process_ray()
     run_dir = tmp_path / "run"
     rate_limit = {"requests_per_minute": 1000, "window_seconds": 1.0, "window_margin": 0.1}
-    config = load_config(
-        None,
-        {
-            "retrieval.index_root": str(index_root),
-            "slice.sample": 10,
-            "slice.seed": 12,
-            "offline.latency": {"kind": "fixed", "seconds": 0.1},
-            "model.rate_limit": rate_limit,
-            "runtime.max_concurrency": 3,
-        },
+    config = _fault_config(
+        index_root,
+        10,
+        12,
+        **{"model.rate_limit": rate_limit, "runtime.max_concurrency": 3},
     )
     name = job_limiter_prefix() + quota_key(config.model, config.offline)
 
