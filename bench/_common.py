@@ -48,21 +48,31 @@ def cycled_sample(folder: Path, count: int, name: str, prefix: str, model: str =
     """A JSONL benchmark of `count` queries cycling the sample's questions (ids `prefix0000`...)
     over the sample's corpus; returns its config.yaml."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "queries.jsonl", "wb") as f:
-        for query in cycled_queries(count, prefix):
-            f.write(orjson.dumps(query) + b"\n")
     sample = sample_dir()
+    # Each cycled query keeps the evidence of the question it repeats, under its own id.
+    evidence: dict[str, list[str]] = {}
+    for line in (sample / "qrels_evidence.txt").read_text().splitlines():
+        qid, _, docid, rel = line.split()
+        evidence.setdefault(qid, []).append(f"{docid} {rel}")
+    with open(folder / "queries.jsonl", "wb") as f, open(folder / "qrels.txt", "w") as qrels:
+        for query, source in cycled_queries(count, prefix, with_source=True):
+            f.write(orjson.dumps(query) + b"\n")
+            for row in evidence.get(source, []):
+                qrels.write(f"{query['query_id']} Q0 {row}\n")
     (folder / "config.yaml").write_text(
         f"benchmark:\n  source: jsonl\n  name: {name}\n  queries: queries.jsonl\n"
         f"  corpus: {sample / 'corpus.jsonl'}\n"
-        f"  qrels_evidence: {sample / 'qrels_evidence.txt'}\n"
-        + (f"model:\n  name: {model}\n" if model else "")
+        "  qrels_evidence: qrels.txt\n" + (f"model:\n  name: {model}\n" if model else "")
     )
     return folder / "config.yaml"
 
 
-def cycled_queries(count: int, prefix: str) -> Iterator[dict[str, Any]]:
+def cycled_queries(count: int, prefix: str, with_source: bool = False) -> Iterator[Any]:
+    """`count` queries cycling the sample's (ids `prefix0000`...); with `with_source`, pairs
+    (query, the id of the sample question it repeats)."""
     lines = (sample_dir() / "queries.jsonl").read_bytes().splitlines()
     sample = [orjson.loads(x) for x in lines]
     for i in range(count):
-        yield dict(sample[i % len(sample)], query_id=f"{prefix}{i:04d}")
+        source = sample[i % len(sample)]
+        query = dict(source, query_id=f"{prefix}{i:04d}")
+        yield (query, source["query_id"]) if with_source else query

@@ -218,11 +218,10 @@ def _report(
     out: Path | None = None,
     on_ray: bool = False,
 ) -> None:
-    from piserini_ray.report import judge_and_report, markdown_report, write_html_report
+    from piserini_ray.pipeline import finish
+    from piserini_ray.report import markdown_report, write_html_report
 
-    metrics = [
-        judge_and_report(config, Path(run_dir), _log, judge, on_ray) for config, run_dir in runs
-    ]
+    metrics = [finish(config, Path(run_dir), _log, judge, on_ray) for config, run_dir in runs]
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
     for _, run_dir in runs:

@@ -173,15 +173,18 @@ async def judge_records(
     queries: dict[str, Query],
     api_base: str | None,
     log: Callable[[str], None] = lambda _m: None,
+    limiter: Limiter | None = None,
 ) -> dict[str, Judgement]:
     """Judge every record that has no verdict from this judge yet (or only a failed one);
-    write each verdict as it comes; return all verdicts."""
+    write each verdict as it comes; return all verdicts. `limiter`: the judge's (default: this
+    process's limiter for its quota key; on Ray, the cluster-wide one)."""
     model: ModelConfig = config.judge_model()
     done = store.judgements(model.name)
     todo = to_judge(records, done)
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
-        client = judge_client(config, api_base, LOCAL_LIMITERS.limiter(model, config.offline))
+        limiter = limiter or LOCAL_LIMITERS.limiter(model, config.offline)
+        client = judge_client(config, api_base, limiter)
         items = [(queries[r.query_id], r) for r in todo]
         async for judgement in judge_many(
             client, items, config.judge.max_parse_retries, config.judge.concurrency

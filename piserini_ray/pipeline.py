@@ -1,6 +1,6 @@
 """One run pipeline for both engines: `prepare()` checks everything that can be checked before a
 token is paid for, then opens the run stores and lists what is left to run; an engine (local or
-Ray) runs the todo lists; the report step (`report/`) judges and reduces.
+Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`report/`).
 
 `prepare` goes in this order, so that a mistake never leaves a half-made run directory behind:
 1. preflight of every run (pricing, API key variables, data files exist): a sweep is checked
@@ -15,6 +15,7 @@ Ray) runs the todo lists; the report step (`report/`) judges and reduces.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from piserini_ray.errors import DataError
 from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 from piserini_ray.preflight import preflight
+from piserini_ray.report import write_run_reports
+from piserini_ray.report.metrics import RunMetrics, aggregate, facts_for
 from piserini_ray.store import RunStore
 
 Log = Callable[[str], None]
@@ -155,3 +158,51 @@ def _check_one(
             f"not in the corpus (e.g. {missing[0]!r}); recall counts them as never found"
         )
     return warnings
+
+
+def finish(
+    config: RunConfig,
+    run_dir: Path,
+    log: Callable[[str], None],
+    judge: bool = True,
+    on_ray: bool = False,
+) -> RunMetrics:
+    """The pipeline's last step for one run: judge what is not judged yet (unless `judge` is
+    False), reduce, and write `summary.json`, `report.md`, the plots and `report.html` into the
+    run directory; return the metrics. `on_ray`: judge under the cluster-wide limiter."""
+    from piserini_ray.judge import judge_records
+    from piserini_ray.local_run import endpoint_for
+
+    if on_ray:
+        from piserini_ray.runtime import ensure_ray
+
+        ensure_ray(config, log)
+
+    benchmark = load_benchmark(config.benchmark)
+    wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
+    with RunStore(run_dir, config, log=log) as store:
+        # The judge reads the answers only: records without trajectories or rankings.
+        records = [r for r in store.iter_records(trajectory=False) if r.query_id in wanted]
+        judge_model = config.judge_model()
+        if judge:
+            with endpoint_for(judge_model, config) as api_base:
+                if on_ray:
+                    from piserini_ray.runtime.reporting import judge_on_ray
+
+                    judgements = judge_on_ray(config, store, records, wanted, api_base, log)
+                else:
+                    judgements = asyncio.run(
+                        judge_records(config, store, records, wanted, api_base, log)
+                    )
+        else:
+            judgements = store.judgements(judge_model.name)
+        # The map step streams the records, each with its rankings, one at a time, in this
+        # process on either engine: shipping a run's records to Ray tasks costs more than the
+        # arithmetic (bench/reducers.py), and this way a run is never held whole in memory.
+        streamed = store.iter_records(rankings=True, trajectory=False)
+        facts = facts_for(
+            (r for r in streamed if r.query_id in wanted), benchmark, None, judgements
+        )
+        metrics = aggregate(config, store.run_dir, facts, judgements, pricing_for(config))
+    write_run_reports(metrics, Path(run_dir))
+    return metrics

@@ -24,6 +24,7 @@ import platform
 import shutil
 import sys
 import threading
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -85,20 +86,23 @@ class JsonlFile:
 
     def read(self) -> list[Any]:
         """Every line, parsed. A damaged line before the last is an error."""
+        return list(self.iter())
+
+    def iter(self) -> Iterator[Any]:
+        """The lines one at a time, parsed (a large run is never held whole)."""
         self._repair()
         if not self.path.exists():
-            return []
-        rows: list[Any] = []
-        for number, line in enumerate(self.path.read_bytes().splitlines(), start=1):
-            try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                raise RunStoreError(
-                    f"{self.path}: line {number} is damaged and is not the last line (was the "
-                    "file edited by hand?); restore it from a copy, or delete that line and "
-                    "resume: its query runs again"
-                ) from None
-        return rows
+            return
+        with open(self.path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    yield orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    raise RunStoreError(
+                        f"{self.path}: line {number} is damaged and is not the last line (was "
+                        "the file edited by hand?); restore it from a copy, or delete that line "
+                        "and resume: its query runs again"
+                    ) from None
 
     def append(self, data: Any) -> None:
         """Append one JSON line and make it durable before returning."""
@@ -160,7 +164,7 @@ class RunStore:
         self.manifest = self._open_manifest(config)
         self.run_id = self.manifest.run_id
         self._check_writable()
-        self._done: set[str] = {r["query_id"] for r in self._records.read()}
+        self._done: set[str] = {r["query_id"] for r in self._records.iter()}
 
     def _check_writable(self) -> None:
         """Before any work is paid for: open every file the run will append to (permission
@@ -223,18 +227,25 @@ class RunStore:
 
     def records(self, rankings: bool = False) -> list[QueryRecord]:
         """Every record (without its rankings unless asked: they are most of its size)."""
-        found = []
-        for row in self._records.read():
+        return list(self.iter_records(rankings=rankings))
+
+    def iter_records(
+        self, rankings: bool = False, trajectory: bool = True
+    ) -> Iterator[QueryRecord]:
+        """The records one at a time, read as they are needed; leaving out the rankings and the
+        trajectory (what the reducers never read) keeps each one small."""
+        for row in self._records.iter():
             if not rankings:
                 row.pop("rankings", None)
-            found.append(QueryRecord.model_validate(row))
-        return found
+            if not trajectory:
+                row.pop("trajectory", None)
+            yield QueryRecord.model_validate(row)
 
     def rankings(self) -> dict[str, list[RankingLog]]:
         """Each recorded query's rankings."""
         return {
             row["query_id"]: [RankingLog.model_validate(s) for s in row.get("rankings", [])]
-            for row in self._records.read()
+            for row in self._records.iter()
         }
 
     def judgements_path(self, judge_model: str) -> Path:

@@ -53,6 +53,18 @@ def micro(rows: Sequence[PerQueryRecall]) -> float | None:
     return sum(r.hits for r in rows) / total if total else None
 
 
+def best_ranks(docids: Iterable[str], rankings: Sequence[list[str]]) -> dict[str, int]:
+    """The best (smallest) 1-based rank of each of `docids` over a query's searches, for those
+    surfaced at all: one look answers "surfaced at depth k?" for every k (`rank <= k`). Only
+    the few relevant documents are looked up (in C, by `list.index`), not every hit."""
+    best: dict[str, int] = {}
+    for docid in docids:
+        ranks = [ranking.index(docid) + 1 for ranking in rankings if docid in ranking]
+        if ranks:
+            best[docid] = min(ranks)
+    return best
+
+
 def surfaced_at_depth(rankings: Sequence[Sequence[str]], k: int) -> set[str]:
     """What a query would have surfaced had every search returned only its top k."""
     return {docid for ranking in rankings for docid in ranking[:k]}

@@ -2,13 +2,14 @@
 
 Each figure carries what it needs to be read right: the judge that produced it, the
 calibration convention, the config hash and the number of queries it covers. Plain functions:
-the Ray runtime can map them over chunks of records, and tests call them directly.
+a map step (`query_facts`, over records streamed from the store) and a reduce (`aggregate`).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -22,10 +23,10 @@ from piserini_ray.metrics.recall import (
     DEPTHS,
     DOC_SETS,
     PerQueryRecall,
+    best_ranks,
     macro,
     micro,
     per_query,
-    surfaced_at_depth,
 )
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 
@@ -114,32 +115,40 @@ def query_facts(
             name: {kind: hits(set(getattr(record, name)), table) for kind, table in qrels.items()}
             for name in DOC_SETS
         },
-        depth={
-            kind: {
-                k: hits(surfaced_at_depth([s.docids for s in rankings], k), table) for k in DEPTHS
-            }
-            for kind, table in qrels.items()
-        },
+        depth={kind: depth_hits(record.query_id, rankings, table) for kind, table in qrels.items()},
         usage=record.usage,
         calls_without_usage=record.calls_without_usage,
         tool_calls=record.tool_call_counts,
     )
 
 
+def depth_hits(
+    query_id: str, rankings: list[RankingLog], qrels: Qrels
+) -> dict[int, tuple[int, int] | None]:
+    """(relevant documents surfaced had every search stopped at k, relevant) for each depth;
+    None at every depth for a query with no relevant documents."""
+    relevant = [d for d, rel in qrels.get(query_id, {}).items() if rel > 0]
+    if not relevant:
+        return dict.fromkeys(DEPTHS)
+    best = best_ranks(relevant, [s.docids for s in rankings])
+    return {k: (sum(1 for rank in best.values() if rank <= k), len(relevant)) for k in DEPTHS}
+
+
 def facts_for(
-    records: list[QueryRecord],
+    records: Iterable[QueryRecord],
     benchmark: Benchmark,
-    rankings: dict[str, list[RankingLog]],
-    judgements: dict[str, Judgement],
+    rankings: Mapping[str, list[RankingLog]] | None,
+    judgements: Mapping[str, Judgement],
 ) -> list[QueryFacts]:
-    """The map step over some records (any chunk of a run)."""
+    """The map step over records (any iterable: a store streams them). `rankings`: each
+    query's rankings, or None to take each record's own."""
     order = {q.query_id: i for i, q in enumerate(benchmark.queries)}
     qrels: dict[str, Qrels] = {"evidence": benchmark.evidence, "gold": benchmark.gold}
     return [
         query_facts(
             r,
             order.get(r.query_id, len(order)),
-            rankings.get(r.query_id, []),
+            r.rankings if rankings is None else rankings.get(r.query_id, []),
             judgements.get(r.query_id),
             qrels,
         )
@@ -161,7 +170,7 @@ def compute_metrics(
     judgements: dict[str, Judgement],
     pricing: PricingTable,
 ) -> RunMetrics:
-    """Map and reduce in this process (the Ray runtime maps over chunks instead)."""
+    """Map and reduce over records already in memory (tests; `pipeline.finish` streams)."""
     facts = facts_for(records, benchmark, rankings, judgements)
     return aggregate(config, run_dir, facts, judgements, pricing)
 

@@ -115,7 +115,7 @@ def test_rankings_travel_in_the_record_line(tmp_path: Path) -> None:
 
 
 def test_calls_without_usage_make_the_cost_a_stated_lower_bound(tmp_path: Path) -> None:
-    from piserini_ray.report import judge_and_report
+    from piserini_ray.pipeline import finish
 
     with RunStore(tmp_path / "run", RunConfig()) as store:
         for qid, missing in (("2hop__150763_14904", 0), ("2hop__6584_6587", 2)):
@@ -123,7 +123,7 @@ def test_calls_without_usage_make_the_cost_a_stated_lower_bound(tmp_path: Path) 
                 update={"config_hash": store.config_hash, "calls_without_usage": missing}
             )
             store.append(record)
-    metrics = judge_and_report(RunConfig(), tmp_path / "run", lambda _m: None, judge=False)
+    metrics = finish(RunConfig(), tmp_path / "run", lambda _m: None, judge=False)
     assert metrics.calls_without_usage == 2
     assert (
         "Warning: 2 calls reported no usage; cost is a lower bound"

@@ -125,14 +125,14 @@ def test_429_storm_everyone_finishes_and_waits_are_waited(
 def test_judging_and_reducing_on_ray_match_the_plain_path(
     sample_index, index_root, tmp_path
 ) -> None:
-    from piserini_ray.report import judge_and_report
+    from piserini_ray.pipeline import finish
 
     config = _config(index_root, **{"slice.sample": 5, "slice.seed": 4})
     run_on_ray([(config, tmp_path / "run")], lambda _m: None)
-    on_ray = judge_and_report(config, tmp_path / "run", lambda _m: None, on_ray=True)
+    on_ray = finish(config, tmp_path / "run", lambda _m: None, on_ray=True)
     verdicts = (tmp_path / "run" / "judgements").glob("*.jsonl")
     assert [len(p.read_bytes().splitlines()) for p in verdicts] == [5]
-    plain = judge_and_report(config, tmp_path / "run", lambda _m: None, judge=False)
+    plain = finish(config, tmp_path / "run", lambda _m: None, judge=False)
     assert on_ray.model_dump() == plain.model_dump()  # the same figures either way
     assert on_ray.queries == 5 and on_ray.depth_curve["evidence"][1000] is not None
     assert (tmp_path / "run" / "report.html").exists()

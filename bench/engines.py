@@ -1,0 +1,84 @@
+"""The main job on both engines: `piserini-ray run` over the embedded sample (100 questions,
+offline model and judge), from a cold start to the printed report, with `--engine ray` and
+`--engine local`, each in a fresh run directory and process.
+
+    python bench/engines.py [--repeats 1]
+
+Goal: the Ray engine's makespan at most 1.5x the local engine's on the same config. The phases
+come from the command's own log lines (time of the first line that names each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import append_results, header
+
+#: Log lines that open each phase, in order.
+PHASES = {
+    "ray up": "started a local Ray instance",
+    "replicas ready": "searcher replica(s) ready",
+    "judging": "judging ",
+}
+
+
+def run_once(engine: str, home: Path) -> tuple[float, dict[str, float]]:
+    env = os.environ | {"PISERINI_RAY_HOME": str(home)}
+    started = time.monotonic()
+    seen: dict[str, float] = {}
+    with subprocess.Popen(
+        [sys.executable, "-m", "piserini_ray.cli", "run", "--engine", engine,
+         "--run-dir", str(home / f"run-{engine}-{time.time_ns()}")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    ) as process:  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            for phase, marker in PHASES.items():
+                if marker in line and phase not in seen:
+                    seen[phase] = time.monotonic() - started
+        if process.wait() != 0:
+            raise SystemExit(f"the {engine} run failed")
+    return time.monotonic() - started, seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="engines-bench-") as tmp:
+        home = Path(tmp)
+        # The index is built once, before timing: both engines then find it.
+        subprocess.run(
+            [sys.executable, "-m", "piserini_ray.cli", "index"],
+            env=os.environ | {"PISERINI_RAY_HOME": str(home)},
+            check=True,
+            capture_output=True,
+        )
+        results = {
+            engine: [run_once(engine, home) for _ in range(args.repeats)]
+            for engine in ("local", "ray")
+        }
+    lines = header("Engines: the main job end to end", "The sample, 100 questions, offline.")
+    lines += [
+        "| engine | makespan (s) | Ray up (s) | replicas ready (s) | judging starts (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for engine, runs in results.items():
+        for total, seen in runs:
+            cells = [f"{seen[p]:.1f}" if p in seen else "-" for p in PHASES]
+            lines.append(f"| {engine} | {total:.1f} | " + " | ".join(cells) + " |")
+    local = min(t for t, _ in results["local"])
+    ray = min(t for t, _ in results["ray"])
+    verdict = "met" if ray <= 1.5 * local else "MISSED"
+    lines += ["", f"Ray / local makespan: {ray / local:.2f}x (goal <= 1.5x): {verdict}."]
+    append_results(lines)
+
+
+if __name__ == "__main__":
+    main()
