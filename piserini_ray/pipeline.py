@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
@@ -28,6 +33,7 @@ from piserini_ray.errors import DataError
 from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 from piserini_ray.preflight import preflight
+from piserini_ray.records import QueryRecord
 from piserini_ray.report import write_run_reports
 from piserini_ray.report.metrics import RunMetrics, aggregate, facts_for
 from piserini_ray.store import RunStore
@@ -52,6 +58,80 @@ class PreparedRun:
     @property
     def wanted(self) -> set[str]:
         return {q.query_id for q in self.queries}
+
+
+class RunSummary(BaseModel):
+    """What `run` prints when the engine is done, before judging."""
+
+    run_dir: str
+    config_hash: str
+    model: str
+    queries: int
+    ran_now: int
+    statuses: dict[str, int]
+    tool_calls_per_query: dict[str, float]
+    tokens_total: dict[str, int]
+    tokens_median_per_query: float
+    cached_token_ratio: float
+    #: USD from the pricing table; None when the model is not in it.
+    cost_usd: float | None
+    #: Model calls whose reply had no usage block (cost is then a lower bound).
+    calls_without_usage: int = 0
+
+
+class Engine(Protocol):
+    """Runs prepared runs' todo lists, writing each record through its run's store as it
+    comes (`local_run.LocalEngine`, `runtime.RayEngine`)."""
+
+    def run(self, runs: list[PreparedRun], log: Log) -> None: ...
+
+
+def execute(
+    runs: list[tuple[RunConfig, Path | None]], engine: Engine, log: Log
+) -> list[RunSummary]:
+    """prepare -> engine -> a summary per run (the judging and reports are `finish`)."""
+    with contextlib.ExitStack() as stack:
+        prepared = prepare(runs, log, stack)
+        engine.run(prepared, log)
+        return [
+            summarize(
+                [r for r in run.store.iter_records(trajectory=False) if r.query_id in run.wanted],
+                run.config,
+                run.run_dir,
+                run.ran,
+            )
+            for run in prepared
+        ]
+
+
+def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
+    """The console summary of a run's records (statuses, tools, tokens, cost)."""
+    from piserini_ray.metrics.cost import pricing_for
+
+    price = pricing_for(config).price(config.model.name)
+    n = max(1, len(records))
+    tools: Counter[str] = Counter()
+    for record in records:
+        tools.update(record.tool_call_counts)
+    totals: Counter[str] = Counter()
+    for record in records:
+        totals.update(record.usage.model_dump())
+    per_query = [r.usage.input_tokens + r.usage.output_tokens for r in records] or [0]
+    return RunSummary(
+        run_dir=str(run_dir),
+        config_hash=config.config_hash(),
+        model=config.model.name,
+        queries=len(records),
+        ran_now=ran,
+        statuses=dict(Counter(r.status for r in records)),
+        tool_calls_per_query={k: round(v / n, 2) for k, v in sorted(tools.items())}
+        | {"total": round(sum(tools.values()) / n, 2)},
+        tokens_total=dict(totals),
+        tokens_median_per_query=statistics.median(per_query),
+        cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
+        cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
+        calls_without_usage=sum(r.calls_without_usage for r in records),
+    )
 
 
 def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:

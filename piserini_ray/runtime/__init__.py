@@ -6,13 +6,11 @@ modules (tools, agent, llm, store), so those stay testable without a cluster.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 from piserini_ray.config import RunConfig
-from piserini_ray.local_run import RunSummary, summarize
-from piserini_ray.pipeline import prepare
+from piserini_ray.pipeline import PreparedRun, RunSummary, execute
 
 
 def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
@@ -26,25 +24,22 @@ def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
     start_ray(config.runtime, log)
 
 
+class RayEngine:
+    """The Ray engine: searcher replicas on the configured cluster (or a local Ray), fed by the
+    driver's scheduler (`runtime/scheduler.py`)."""
+
+    def run(self, runs: list[PreparedRun], log: Callable[[str], None]) -> None:
+        from piserini_ray.runtime.ray_env import cluster_address, prepare_local_ray
+
+        if cluster_address(runs[0].config.runtime) is None:
+            prepare_local_ray()  # before Ray is imported
+        from piserini_ray.runtime.scheduler import run_prepared
+
+        run_prepared(runs, log)
+
+
 def run_on_ray(
     configs: list[tuple[RunConfig, Path | None]], log: Callable[[str], None]
 ) -> list[RunSummary]:
     """Run (or resume) one or more runs concurrently on one Ray cluster; one summary each."""
-    from piserini_ray.runtime.ray_env import cluster_address, prepare_local_ray
-
-    if cluster_address(configs[0][0].runtime) is None:
-        prepare_local_ray()  # before Ray is imported
-    from piserini_ray.runtime.scheduler import run_prepared
-
-    with contextlib.ExitStack() as stack:
-        runs = prepare(configs, log, stack)
-        run_prepared(runs, log)
-        return [
-            summarize(
-                [r for r in run.store.records() if r.query_id in run.wanted],
-                run.config,
-                run.run_dir,
-                run.ran,
-            )
-            for run in runs
-        ]
+    return execute(configs, RayEngine(), log)
