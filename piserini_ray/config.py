@@ -176,6 +176,11 @@ class RateLimitConfig(StrictModel):
     #: learned the model's mean from replies (`model.max_output_tokens`, when set, is reserved
     #: instead: a bound, not a guess).
     output_tokens_guess: int = Field(500, ge=0)
+    #: Reservations from learned estimates (the prompt's scale, the completion's mean) are
+    #: raised by this fraction: estimates err both ways, and a call in flight that uses more
+    #: than it reserved is what tips a full window over. Costs almost nothing: only calls in
+    #: flight hold reservations, a returned call counts with the provider's figures.
+    estimate_margin: float = Field(0.1, ge=0, le=1)
 
 
 class ModelConfig(StrictModel):

@@ -161,9 +161,9 @@ class RunStore:
             ) from None
         self._records = JsonlFile(self.records_path, self._log)
         self._judgements: dict[str, JsonlFile] = {}
+        self._check_writable()
         self.manifest = self._open_manifest(config)
         self.run_id = self.manifest.run_id
-        self._check_writable()
         self._done: set[str] = {r["query_id"] for r in self._records.iter()}
 
     def _check_writable(self) -> None:

@@ -104,9 +104,14 @@ class RateLimiter:
             self._cooldown_until = max(self._cooldown_until, self._now() + span)
 
     def reservation(self, tokens: int, max_output: int | None = None) -> int:
-        """Tokens a call reserves: its scaled prompt estimate plus its completion."""
-        output = max_output if max_output is not None else self.output_mean
-        return math.ceil(tokens * self.token_scale) + math.ceil(output)
+        """Tokens a call reserves: its scaled prompt estimate plus its completion (the bound
+        when given, else the learned mean), the learned parts raised by `estimate_margin`."""
+        margin = 1 + self.config.estimate_margin
+        output = max_output if max_output is not None else self.output_mean * margin
+        return self.prompt_reservation(tokens) + _ceil(output)
+
+    def prompt_reservation(self, tokens: int) -> int:
+        return _ceil(tokens * self.token_scale * (1 + self.config.estimate_margin))
 
     def _expire(self, now: float) -> None:
         horizon = now - (self.config.window_seconds + self.config.window_margin)
@@ -128,7 +133,7 @@ class RateLimiter:
         tpm = self.config.tokens_per_minute
         if tpm is not None and reserve > tpm:
             self._waiting.discard(ticket)
-            prompt = math.ceil(tokens * self.token_scale)
+            prompt = self.prompt_reservation(tokens)
             raise RequestTooLarge(
                 f"this call reserves {reserve:,} tokens (prompt ~{prompt:,} + completion "
                 f"{reserve - prompt:,}) but model.rate_limit.tokens_per_minute is {tpm:,}: "
@@ -222,6 +227,11 @@ class RateLimiter:
             rate_limited=self.rate_limited,
             cooldown_remaining=round(max(0.0, self._cooldown_until - now), 3),
         )
+
+
+def _ceil(value: float) -> int:
+    """Round up, ignoring float noise (400 x 1.1 reserves 440, not 441)."""
+    return math.ceil(round(value, 6))
 
 
 def outcome_of(failure: Failure | None) -> tuple[Outcome, float | None]:

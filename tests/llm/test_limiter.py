@@ -54,7 +54,10 @@ def test_a_release_that_arrives_after_the_next_acquire_still_counts_both() -> No
 def test_tokens_per_window() -> None:
     clock = Clock()
     limiter = RateLimiter(
-        RateLimitConfig(tokens_per_minute=1000, window_margin=0, output_tokens_guess=0), clock
+        RateLimitConfig(
+            tokens_per_minute=1000, window_margin=0, output_tokens_guess=0, estimate_margin=0
+        ),
+        clock,
     )
     assert limiter.try_acquire(600, "a")[0]
     assert not limiter.try_acquire(600, "b")[0]
@@ -70,7 +73,10 @@ def test_token_window_holds_what_calls_really_used() -> None:
     an estimate that was too high frees the quota and one that was too low fills it."""
     clock = Clock()
     limiter = RateLimiter(
-        RateLimitConfig(tokens_per_minute=1000, window_margin=0, output_tokens_guess=0), clock
+        RateLimitConfig(
+            tokens_per_minute=1000, window_margin=0, output_tokens_guess=0, estimate_margin=0
+        ),
+        clock,
     )
     assert limiter.try_acquire(900, "a")[0]
     assert not limiter.try_acquire(200, "b")[0]
@@ -90,7 +96,10 @@ def test_reservations_learn_how_far_off_the_estimates_are() -> None:
     limiter learns it, so the calls in flight cannot overfill a token quota."""
     clock = Clock()
     limiter = RateLimiter(
-        RateLimitConfig(tokens_per_minute=10_000, window_margin=0, output_tokens_guess=0), clock
+        RateLimitConfig(
+            tokens_per_minute=10_000, window_margin=0, output_tokens_guess=0, estimate_margin=0
+        ),
+        clock,
     )
     for i in range(60):
         assert limiter.try_acquire(100, f"t{i}")[0]
@@ -144,10 +153,15 @@ def test_a_reservation_holds_the_completion_too() -> None:
     """Prompt + `max_output_tokens` when the model bounds its output, else the mean the
     provider has been reporting (a guess until the first reply)."""
     clock = Clock()
-    config = RateLimitConfig(tokens_per_minute=1000, window_margin=0, output_tokens_guess=300)
+    config = RateLimitConfig(
+        tokens_per_minute=1000, window_margin=0, output_tokens_guess=300, estimate_margin=0
+    )
     limiter = RateLimiter(config, clock)
     assert limiter.reservation(400) == 700
     assert limiter.reservation(400, max_output=100) == 500
+    margin = RateLimiter(config.model_copy(update={"estimate_margin": 0.1}), clock)
+    assert margin.reservation(400, max_output=100) == 540  # learned parts only: 440 + 100
+    assert margin.reservation(400) == 770
     assert limiter.try_acquire(400, "a")[0]
     assert not limiter.try_acquire(400, "b")[0]  # 700 + 700 > 1000, though prompts fit
     limiter.release("a", prompt_tokens=400, output_tokens=50)
@@ -155,7 +169,7 @@ def test_a_reservation_holds_the_completion_too() -> None:
 
 
 def test_a_call_that_can_never_fit_is_refused_even_in_an_empty_window() -> None:
-    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=1000), Clock())
+    limiter = RateLimiter(RateLimitConfig(tokens_per_minute=1000, estimate_margin=0), Clock())
     with pytest.raises(
         RequestTooLarge, match=r"reserves 1,700 tokens .*tokens_per_minute is 1,000"
     ):
