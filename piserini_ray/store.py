@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -69,12 +69,8 @@ class JsonlFile:
         if not self.path.exists():
             return
         with open(self.path, "r+b") as f:
-            data = f.read()
-            if not data:
-                return
-            start = data.rfind(b"\n", 0, len(data) - 1) + 1  # the last line
-            last = data[start:]
-            if last.endswith(b"\n") and _parses(last):
+            start, last = _last_line(f)
+            if not last or (last.endswith(b"\n") and _parses(last)):
                 return
             self._log(
                 f"{self.path}: the last line was torn ({len(last)} bytes, an interrupted "
@@ -113,6 +109,26 @@ class JsonlFile:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+
+def _last_line(f: BinaryIO, block: int = 1 << 16) -> tuple[int, bytes]:
+    """(offset, bytes) of a file's last line, read backwards from its end in blocks: a run's
+    records are hundreds of megabytes, and only the tail can be torn."""
+    size = f.seek(0, os.SEEK_END)
+    end = size - 1  # a final newline belongs to the last line
+    position = size
+    while position > 0:
+        position = max(0, position - block)
+        f.seek(position)
+        chunk = f.read(min(block, size - position))
+        cut = chunk.rfind(b"\n", 0, max(0, end - position))
+        if cut >= 0:
+            start = position + cut + 1
+            break
+    else:
+        start = 0
+    f.seek(start)
+    return start, f.read()
 
 
 def _parses(line: bytes) -> bool:

@@ -229,3 +229,17 @@ def test_an_unwritable_run_directory_is_refused_before_any_work(
         (run / "records.jsonl").mkdir(parents=True)
     with pytest.raises(RunStoreError, match=r"cannot write .*Nothing was run"):
         RunStore(run, RunConfig())
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 16])
+def test_the_last_line_is_found_reading_backwards(tmp_path: Path, block: int) -> None:
+    from piserini_ray.store import _last_line
+
+    for content in [b"", b"a", b"a\n", b"ab\ncd", b"ab\ncd\n", b"\n", b"ab\n\n", b"x\nyy\nzzz"]:
+        path = tmp_path / "f"
+        path.write_bytes(content)
+        with open(path, "rb") as f:
+            start, last = _last_line(f, block)
+        body = content[:-1] if content.endswith(b"\n") else content
+        expected = body.rfind(b"\n") + 1
+        assert (start, last) == (expected, content[expected:]), (content, block)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import warnings
 from typing import Any
 
 import ray
@@ -37,7 +38,9 @@ class LimiterActor:
 
     def __init__(self, config: RateLimitConfig) -> None:
         self.limiter = RateLimiter(config)
-        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
+            warnings.simplefilter("ignore")
+            self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         if self.restarted:
             self.limiter.assume_window_full()
         self.released = asyncio.Condition()

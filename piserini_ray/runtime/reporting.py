@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import ray
-
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
 from piserini_ray.judge import judge_records
@@ -36,10 +34,5 @@ def judge_on_ray(
     start-up (bench/engines.py). Each verdict is written as it arrives."""
     model = config.judge_model()
     name = limiter_name(job_limiter_prefix(), model, config.offline)
-    limiter = start_limiter(name, model.rate_limit)
-    try:
-        return asyncio.run(
-            judge_records(config, store, records, queries, api_base, log, RemoteLimiter(limiter))
-        )
-    finally:
-        ray.kill(limiter)
+    limiter = RemoteLimiter(start_limiter(name, model.rate_limit))  # the run's, or a new one
+    return asyncio.run(judge_records(config, store, records, queries, api_base, log, limiter))

@@ -145,11 +145,16 @@ def _execute(
     log: Callable[[str], None],
 ) -> None:
     prefix = job_limiter_prefix()
-    limiters: dict[str, Any] = {}  # actor name -> handle, one per quota key
+    # One limiter per quota key, owned by the job (they end with it). The judges' start now
+    # too, beside the replicas, so judging after the run finds them up (`reporting.py`).
+    limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
     for run in runs:
         name = limiter_name(prefix, run.config.model, run.config.offline)
         if name not in limiters:
             limiters[name] = start_limiter(name, run.config.model.rate_limit)
+    for run in runs:
+        judge = run.config.judge_model()
+        start_limiter(limiter_name(prefix, judge, run.config.offline), judge.rate_limit)
     groups: dict[str, _Group] = {}
     for run in runs:
         key = _group_key(run.config)
@@ -281,8 +286,6 @@ def _execute(
         for group in groups.values():
             for actor in group.actors:
                 ray.kill(actor)
-        for limiter in limiters.values():
-            ray.kill(limiter)
 
 
 def _waiting(limiters: dict[str, Any]) -> int:
