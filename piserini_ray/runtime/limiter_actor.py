@@ -141,11 +141,20 @@ def limiter_name(prefix: str, model: ModelConfig, offline: OfflineConfig) -> str
     return prefix + quota_key(model, offline)
 
 
+#: Handles of the limiters this driver started, by (driver's node id, name): Ray ends an actor
+#: whose last handle is gone, and a limiter must live as long as the job (a run's judge uses it
+#: after the run). Node ids are unique per Ray start, so a later Ray never gets a stale handle.
+_STARTED: dict[tuple[str, str], Any] = {}
+
+
 def start_limiter(name: str, config: RateLimitConfig) -> Any:
     """The named limiter actor (started, or the running one), pinned to this (the driver's)
-    node and restarted by Ray if it dies."""
+    node, restarted by Ray if it dies, and kept for as long as this job runs."""
     node = ray.get_runtime_context().get_node_id()
-    return LimiterActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
+    key = (node, name)
+    if key in _STARTED:
+        return _STARTED[key]
+    _STARTED[key] = LimiterActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
         name=name,
         get_if_exists=True,
         max_restarts=-1,
@@ -154,3 +163,4 @@ def start_limiter(name: str, config: RateLimitConfig) -> Any:
         max_task_retries=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
     ).remote(config)
+    return _STARTED[key]
