@@ -11,7 +11,7 @@ _FIELD = r"^[ \t>*_#-]*\**\s*{name}\s*\**\s*[:：]\s*\**\s*(?P<value>.*?)\s*\**\
 _EXPLANATION = re.compile(_FIELD.format(name="explanation"), re.I | re.M)
 _EXACT = re.compile(_FIELD.format(name="exact[ _]answer"), re.I | re.M)
 _CONFIDENCE = re.compile(_FIELD.format(name="confidence"), re.I | re.M)
-_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)")
 _CITATION = re.compile(r"\[([^\[\]\n]{1,200})\]")
 
 
@@ -33,8 +33,11 @@ def parse_final_answer(
         return ParsedAnswer()
     exact = _EXACT.search(text)
     explanation = _EXPLANATION.search(text)
+    # SPEC §7: the *last* confidence line counts (an answer may restate it), its sign kept
+    # before the clamp (`-5%` is 0, not 5).
     confidence = None
-    if (match := _CONFIDENCE.search(text)) and (number := _NUMBER.search(match["value"])):
+    lines = _CONFIDENCE.findall(text)
+    if lines and (number := _NUMBER.search(lines[-1])):
         confidence = min(100.0, max(0.0, float(number[1])))
     cited: dict[str, None] = {}
     for group in _CITATION.findall(text):

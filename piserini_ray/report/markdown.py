@@ -36,7 +36,8 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
     for m in runs:
         evidence = {name: _pct(m.recall[name]["evidence"].macro) for name in m.recall}
         lines.append(
-            f"| {m.run_dir} | {m.model} | {m.judge} | {m.queries} | {_pct(m.accuracy)} | "
+            f"| {m.run_dir} | {m.model} | {m.judge} | {m.queries} | {_pct(m.accuracy)}"
+            f"{'' if m.accuracy_final else ' (not final)'} | "
             f"{evidence['surfaced']} | {evidence['previewed']} | {evidence['behavior']} | "
             f"{_num(m.calibration_error['piserini'])} | "
             f"{_num(m.calibration_error['browsecomp-plus'])} | {_num(m.cost_usd, '${:,.2f}')} |"
@@ -61,10 +62,27 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
             + f"; judge failures {m.judge_failed}.",
             "",
-            f"Accuracy over completed queries: {_pct(m.accuracy_completed)} "
+            f"Accuracy: {_pct(m.accuracy)} of all {m.queries} queries (timeouts and failures "
+            "count as wrong)"
+            + (
+                ""
+                if m.accuracy_final or m.accuracy_judged is None
+                else f"; **not final**: {m.pending_verdicts} queries have no verdict yet (judge "
+                f"failures are judged again by the next `judge`), {_pct(m.accuracy_judged)} of "
+                f"the {m.accuracy_judged.queries} judged"
+            )
+            + f". Over completed queries: {_pct(m.accuracy_completed)} "
             f"({m.accuracy_completed.queries} queries). Calibration error: "
-            f"piserini convention (default) {_num(m.calibration_error['piserini'])}, "
-            f"browsecomp-plus convention {_num(m.calibration_error['browsecomp-plus'])}.",
+            f"piserini convention (default; the {m.calibration_queries} completed queries with "
+            "a verdict, the agent's last stated confidence) "
+            f"{_num(m.calibration_error['piserini'])}"
+            + (
+                " (Pi-Serini's own report prints it only from 100 queries)"
+                if m.calibration_queries < 100
+                else ""
+            )
+            + f", browsecomp-plus convention (the judge's confidence) "
+            f"{_num(m.calibration_error['browsecomp-plus'])}.",
             "",
             "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
             "|---|---|---|---|---|",

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Benchmark, Qrels
@@ -42,6 +42,19 @@ class RecallFigures(BaseModel):
     micro: Estimate
 
 
+CONVENTION_NOTES = {
+    "accuracy": "correct / all queries (timeouts and failures are wrong); a judge failure is "
+    "neither right nor wrong: accuracy_final is false and accuracy_judged = correct / judged "
+    "stands beside it (SPEC §7)",
+    "calibration.piserini": "completed queries with a verdict; the agent's last 'Confidence:' "
+    "line, sign kept, clamped to 0-100 (100 when missing); stable sort; consecutive bins of "
+    "100, the last holding the rest; every bin summed (SPEC §7)",
+    "calibration.browsecomp-plus": "judged queries; the judge's confidence; bins of 100, the "
+    "last stretched to the end and left out of the sum; undefined under 200; stable sort (their "
+    "numpy sort is not: with tied confidences the two may differ) (SPEC §7)",
+}
+
+
 class RunMetrics(BaseModel):
     run_dir: str
     config_hash: str
@@ -51,11 +64,22 @@ class RunMetrics(BaseModel):
     queries: int
     statuses: dict[str, int]
     judge_failed: int
+    #: correct / all queries of the run (timeouts and failures are wrong; SPEC §7).
     accuracy: Estimate
+    #: correct / the queries with a verdict: beside `accuracy` while verdicts are missing.
+    accuracy_judged: Estimate | None = None
+    #: False while any query has no verdict (a judge failure, or not judged yet).
+    accuracy_final: bool = True
+    pending_verdicts: int = 0
+    #: correct / completed queries.
     accuracy_completed: Estimate
     #: CE x 100 by convention; None where undefined (browsecomp-plus needs N >= 200).
     calibration_error: dict[str, float | None]
     calibration_default: str = "piserini"
+    #: The queries the piserini convention covers: the completed ones with a verdict.
+    calibration_queries: int = 0
+    #: How each convention-bearing figure was computed, in words, so summary.json says it.
+    conventions: dict[str, str] = Field(default_factory=lambda: dict(CONVENTION_NOTES))
     recall: dict[str, dict[str, RecallFigures]]  # set -> qrels kind -> figures
     depth_curve: dict[str, dict[int, float | None]]  # qrels kind -> k -> macro surfaced recall
     tool_calls_per_query: dict[str, float]
@@ -207,8 +231,14 @@ def aggregate(
     facts = sorted(facts, key=lambda f: f.position)
     judged = [f for f in facts if f.verdict == "judged"]
     right = [bool(f.correct) for f in judged]
+    scored = [1.0 if f.verdict == "judged" and f.correct else 0.0 for f in facts]
+    # piserini: completed queries with a verdict, as Pi-Serini's evaluator (timeouts and
+    # failures count as wrong in accuracy but stay out of calibration).
+    calibrated = [f for f in judged if f.status == "completed"]
     calibration = {
-        "piserini": calibration_error([f.agent_confidence for f in judged], right, "piserini"),
+        "piserini": calibration_error(
+            [f.agent_confidence for f in calibrated], [bool(f.correct) for f in calibrated]
+        ),
         "browsecomp-plus": calibration_error(
             [1.0 if f.judge_confidence is None else f.judge_confidence for f in judged],
             right,
@@ -242,10 +272,16 @@ def aggregate(
         queries=len(facts),
         statuses=dict(Counter(f.status for f in facts)),
         judge_failed=sum(1 for f in facts if f.verdict == "judge_failed"),
-        accuracy=_estimate([1.0 if c else 0.0 for c in right], seed),
+        accuracy=_estimate(scored, seed),
+        accuracy_judged=_estimate([1.0 if c else 0.0 for c in right], seed)
+        if len(judged) < len(facts)
+        else None,
+        accuracy_final=len(judged) == len(facts),
+        pending_verdicts=len(facts) - len(judged),
         accuracy_completed=_estimate(
-            [1.0 if f.correct else 0.0 for f in judged if f.status == "completed"], seed
+            [x for x, f in zip(scored, facts, strict=True) if f.status == "completed"], seed
         ),
+        calibration_queries=len(calibrated),
         calibration_error=calibration,
         recall=recall,
         depth_curve=depth,

@@ -79,10 +79,15 @@ def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
         load_pricing(),
     )
     assert m.statuses == {"completed": 2, "timeout": 1} and m.judge_failed == 1
-    assert m.accuracy.value == 0.5 and m.accuracy.queries == 2  # the judge failure is left out
-    assert m.accuracy_completed.value == 1.0 and m.accuracy_completed.queries == 1
-    # piserini: agent confidences 0.9 (right) and 1.0 (wrong): one bin, gap 0.95 - 0.5.
-    assert m.calibration_error["piserini"] == pytest.approx(45.0)
+    # SPEC §7: correct / all (the timeout is wrong); the judge failure is neither, so the
+    # accuracy is not final and correct / judged stands beside it.
+    assert m.accuracy.value == pytest.approx(1 / 3) and m.accuracy.queries == 3
+    assert not m.accuracy_final and m.pending_verdicts == 1
+    assert m.accuracy_judged is not None and m.accuracy_judged.value == 0.5
+    assert m.accuracy_completed.value == 0.5 and m.accuracy_completed.queries == 2
+    # piserini: the completed queries with a verdict only (q1: 0.9, right; the timeout is out).
+    assert m.calibration_queries == 1
+    assert m.calibration_error["piserini"] == pytest.approx(10.0)
     assert m.calibration_error["browsecomp-plus"] is None
     surfaced = m.recall["surfaced"]
     assert surfaced["evidence"].macro.value == pytest.approx((1 + 1 + 0) / 3)
@@ -94,7 +99,9 @@ def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
     assert m.cost_usd == pytest.approx(3 * (0.625 + 0.0625 + 0.01), abs=1e-4)
     assert m.tool_calls_per_query == {"search": 2.0, "total": 2.0}
     text = markdown_report([m])
-    assert "| gpt-5 | gpt-5.3-codex | 3 | 50.0" in text and "(paper)" not in text
+    assert "| gpt-5 | gpt-5.3-codex | 3 | 33.3" in text and "(paper)" not in text
+    assert "(not final) |" in text and "**not final**: 1 queries have no verdict" in text
+    assert "prints it only from 100 queries" in text
     bcp = m.model_copy(update={"benchmark": "browsecomp-plus"})
     assert "gpt-5.5 (paper) | 83.1" in markdown_report([bcp])
 
