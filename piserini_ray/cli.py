@@ -15,6 +15,7 @@ from piserini_ray.data import Benchmark, load_benchmark
 from piserini_ray.errors import ConfigError, PiseriniRayError
 
 if TYPE_CHECKING:
+    from piserini_ray.pipeline import RunSummary
     from piserini_ray.retrieval import BM25Searcher
 
 
@@ -83,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     summary = _execute(config, args.run_dir, args.engine, args.concurrency)
     _print_summary(summary)
-    _report([(config, Path(summary.run_dir))], on_ray=args.engine == "ray")  # type: ignore[attr-defined]
+    _report([(config, Path(summary.run_dir))], on_ray=args.engine == "ray")
     return 0
 
 
@@ -225,7 +226,7 @@ def _report(
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
     for _, run_dir in runs:
-        run = Path(run_dir)
+        run = Path(run_dir).absolute()
         print(
             f"report: {run / 'report.md'}  {run / 'report.html'}  summary: {run / 'summary.json'}"
         )
@@ -237,7 +238,7 @@ def _report(
         print(f"combined report: {folder / 'report.md'}  {page}")
 
 
-def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> object:
+def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> RunSummary:
     if engine == "local":
         from piserini_ray.local_run import run_local
 
@@ -269,8 +270,8 @@ def _manifest_config(run_dir: Path) -> RunConfig:
     return RunConfig.model_validate(RunManifest.model_validate_json(path.read_bytes()).config)
 
 
-def _print_summary(summary: object) -> None:
-    data = summary.model_dump()  # type: ignore[attr-defined]
+def _print_summary(summary: RunSummary) -> None:
+    data = summary.model_dump()
     print(f"\nrun {data['run_dir']} (config {data['config_hash']}, model {data['model']})")
     print(
         f"queries: {data['queries']} ({data['ran_now']} run now); "

@@ -172,7 +172,7 @@ def prepare(
             f"recorded, {len(todo)} to run with {config.model.name}"
         )
         prepared.append(
-            PreparedRun(config, Path(run_dir), benchmark, queries, index, store, table, todo)
+            PreparedRun(config, store.run_dir, benchmark, queries, index, store, table, todo)
         )
     return prepared
 

@@ -153,7 +153,7 @@ class RunStore:
     """Open (or create) a run directory for one config; hold its lock while open."""
 
     def __init__(self, run_dir: Path, config: RunConfig, log: Log = None) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).absolute()  # every path we print is absolute
         self.config_hash = config.config_hash()
         self.records_path = self.run_dir / "records.jsonl"
         self.spill_root = self.run_dir / "spill"

@@ -48,6 +48,8 @@ def test_missing_data_file(tmp_path: Path) -> None:
 def test_shipped_sweeps_and_cluster_file(tmp_path: Path) -> None:
     runs = expand_sweep(ROOT / "configs" / "sweep_offline.yaml", tmp_path)
     assert len(runs) == 4
+    # Agent policies only: the exact-match judge as an agent answers without searching.
+    assert {c.model.name for c, _ in runs} == {"offline/heuristic", "offline/long-horizon"}
     for config, _ in runs:
         preflight(config)
     paper = expand_sweep(ROOT / "configs" / "sweep_models_timeouts.yaml", tmp_path)

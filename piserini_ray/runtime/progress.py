@@ -58,6 +58,9 @@ class Progress:
             self._last = now
 
     def close(self) -> None:
+        """The last line: what ended, with nothing left running."""
+        self.running = 0
+        self.waiting = 0
         self.show(force=True)
         if self.live:
             self.stream.write("\n")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
 
 from piserini_ray.config import RuntimeConfig
@@ -36,17 +38,29 @@ def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: No
 
     if ray.is_initialized():
         return
+    # The driver's own C++ failure handler would print a crash trace for a plain SIGTERM (what
+    # `ray job stop` and schedulers send); and ray.init replaces our SIGTERM handler (a clean
+    # stop, like Ctrl-C) with sys.exit: set the one, restore the other.
+    for key, value in JVM_SAFE_ENV.items():
+        os.environ.setdefault(key, value)
+    main = threading.current_thread() is threading.main_thread()
+    ours = signal.getsignal(signal.SIGTERM) if main else None
     address = cluster_address(runtime)
     if address:
         ray.init(address=address, log_to_driver=True)
         log(f"joined the Ray cluster at {address}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
-        return
-    prepare_local_ray()
-    num_cpus = runtime.num_cpus or os.cpu_count() or 1
-    ray.init(
-        num_cpus=num_cpus,
-        object_store_memory=runtime.object_store_mb * 2**20,
-        include_dashboard=runtime.dashboard,
-        log_to_driver=True,
-    )
-    log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")
+    else:
+        prepare_local_ray()
+        num_cpus = runtime.num_cpus or os.cpu_count() or 1
+        ray.init(
+            num_cpus=num_cpus,
+            object_store_memory=runtime.object_store_mb * 2**20,
+            include_dashboard=runtime.dashboard,
+            log_to_driver=True,
+        )
+        log(
+            f"started a local Ray instance: {num_cpus} CPUs, object store "
+            f"{runtime.object_store_mb} MB"
+        )
+    if main and callable(ours):
+        signal.signal(signal.SIGTERM, ours)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.runtime import run_on_ray
@@ -193,18 +194,24 @@ def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
     assert _summary_lines(resumed.stdout) == _summary_lines(out.stdout) != []
 
 
-def test_ctrl_c_stops_cleanly_and_resume_finishes(sample_index: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_cleanly_and_resume_finishes(
+    sample_index: Path, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """Ctrl-C, and SIGTERM (what `ray job stop` and schedulers send), stop a run cleanly: the
+    same message, no crash trace, and resume runs exactly the rest."""
     config, run_dir = _slow_run(sample_index, tmp_path, 8, 4)
     driver = _driver(config, run_dir, subprocess.PIPE)
     try:
         _wait_for_records(run_dir, 2)
-        driver.send_signal(signal.SIGINT)
+        driver.send_signal(stop)
         _, stderr = driver.communicate(timeout=120)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode == 130, stderr[-2000:]
     assert "interrupted:" in stderr and "they run again, nothing else does" in stderr
+    assert "Traceback" not in stderr and "SIGTERM received" not in stderr
     raw = (run_dir / "records.jsonl").read_bytes()
     assert raw.endswith(b"\n")  # nothing half-written
     recorded = len(raw.splitlines())
