@@ -1,4 +1,4 @@
-"""BM25 tuning pieces without Ray (the grid on Ray is in test_runtime.py) and the
+"""BM25 tuning pieces without Ray (the grid on Ray is in tests/runtime/test_scheduler.py) and the
 where-the-evidence-sits analysis on a hand-made run."""
 
 from pathlib import Path

@@ -18,6 +18,12 @@ class Clock:
         return self.t
 
 
+def _prompt_only(**quota: int) -> RateLimitConfig:
+    """A token quota whose reservations are the prompt estimates alone (no completion guess, no
+    margin), so the arithmetic below is the window's own."""
+    return RateLimitConfig(**quota, window_margin=0, output_tokens_guess=0, estimate_margin=0)
+
+
 def test_requests_per_window_count_until_a_window_after_return() -> None:
     clock = Clock()
     limiter = RateLimiter(RateLimitConfig(requests_per_minute=2, window_margin=0), clock)
@@ -53,12 +59,7 @@ def test_a_release_that_arrives_after_the_next_acquire_still_counts_both() -> No
 
 def test_tokens_per_window() -> None:
     clock = Clock()
-    limiter = RateLimiter(
-        RateLimitConfig(
-            tokens_per_minute=1000, window_margin=0, output_tokens_guess=0, estimate_margin=0
-        ),
-        clock,
-    )
+    limiter = RateLimiter(_prompt_only(tokens_per_minute=1000), clock)
     assert limiter.try_acquire(600, "a")[0]
     assert not limiter.try_acquire(600, "b")[0]
     assert limiter.try_acquire(400, "c")[0]
@@ -72,17 +73,10 @@ def test_token_window_holds_what_calls_really_used() -> None:
     """A grant reserves the estimate; the release puts the provider's count in its place, so
     an estimate that was too high frees the quota and one that was too low fills it."""
     clock = Clock()
-    limiter = RateLimiter(
-        RateLimitConfig(
-            tokens_per_minute=1000, window_margin=0, output_tokens_guess=0, estimate_margin=0
-        ),
-        clock,
-    )
+    limiter = RateLimiter(_prompt_only(tokens_per_minute=1000), clock)
     assert limiter.try_acquire(900, "a")[0]
     assert not limiter.try_acquire(200, "b")[0]
-    limiter.release(
-        "a", prompt_tokens=300, output_tokens=0
-    )  # the estimate was three times too high
+    limiter.release("a", prompt_tokens=300, output_tokens=0)  # the estimate was 3x too high
     assert limiter.try_acquire(600, "b")[0]
     limiter.release(
         "b", prompt_tokens=700, output_tokens=0
@@ -95,12 +89,7 @@ def test_reservations_learn_how_far_off_the_estimates_are() -> None:
     """Callers guess ~4 characters a token; when the provider keeps counting twice that, the
     limiter learns it, so the calls in flight cannot overfill a token quota."""
     clock = Clock()
-    limiter = RateLimiter(
-        RateLimitConfig(
-            tokens_per_minute=10_000, window_margin=0, output_tokens_guess=0, estimate_margin=0
-        ),
-        clock,
-    )
+    limiter = RateLimiter(_prompt_only(tokens_per_minute=10_000), clock)
     for i in range(60):
         assert limiter.try_acquire(100, f"t{i}")[0]
         limiter.release(f"t{i}", prompt_tokens=200, output_tokens=0)

@@ -1,6 +1,6 @@
 """The Ray runtime on one local Ray instance shared by this module (2 CPUs, small object store).
 
-Multi-node and crash tests live in test_cluster.py: they need Ray instances of their own.
+Multi-node and crash tests live in test_faults.py: they need Ray instances of their own.
 """
 
 from __future__ import annotations
