@@ -33,6 +33,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
         overrides["retrieval.preset"] = args.preset
     if getattr(args, "index_root", None) is not None:
         overrides["retrieval.index_root"] = str(args.index_root)
+    if getattr(args, "runs_root", None) is not None:
+        overrides["runtime.runs_root"] = str(args.runs_root.absolute())
     return load_config(args.config, overrides)
 
 
@@ -143,7 +145,9 @@ def cmd_tune_bm25(args: argparse.Namespace) -> int:
     ensure_ray(config, _log)
     from piserini_ray.runtime.tuning import tune_on_ray
 
-    out = args.out or Path("runs") / f"tune-bm25-{config.benchmark.display_name()}"
+    out = args.out or (
+        config.runtime.resolved_runs_root() / f"tune-bm25-{config.benchmark.display_name()}"
+    )
     cells, wall = tune_on_ray(
         config,
         _floats(args.k1, DEFAULT_K1),
@@ -425,7 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spill-dir", type=Path)
     p.set_defaults(func=cmd_read)
     p = add("run", "The main job: the agent over the configured slice (default: the sample).")
-    p.add_argument("--run-dir", type=Path, help="default: runs/<benchmark>-<model>-<hash>")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="default: <runs root>/<benchmark>-<model>-<hash>, the runs root being "
+        "runtime.runs_root or $PISERINI_RAY_HOME/runs",
+    )
+    p.add_argument("--runs-root", type=Path, help="where run directories go (runtime.runs_root)")
     _engine_arguments(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("resume", help="Continue a run from its manifest.")
@@ -436,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "config", type=Path, help="a sweep file (see configs/sweep_models_timeouts.yaml)"
     )
-    p.add_argument("--runs-root", type=Path, default=Path("runs"))
+    p.add_argument("--runs-root", type=Path, help="default: runtime.runs_root")
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("judge", help="Judge runs' answers (resumable), then report them.")
     p.add_argument("run_dirs", type=Path, nargs="+")

@@ -264,6 +264,14 @@ class RuntimeConfig(StrictModel):
     placement: Literal["spread", "pack"] = "spread"
     #: Attempts of a query lost to dead actors or nodes before it is recorded as failed.
     max_infrastructure_attempts: int = Field(3, ge=1)
+    #: Where run directories go unless `--run-dir` names one: an absolute folder on the
+    #: driver's node (default `$PISERINI_RAY_HOME/runs`), never the job's working directory,
+    #: which `ray job submit` copies anew for every job.
+    runs_root: Path | None = None
+
+    def resolved_runs_root(self) -> Path:
+        root = self.runs_root if self.runs_root is not None else default_home() / "runs"
+        return root.expanduser().absolute()
 
 
 DEFAULT_JUDGE = "gpt-5.3-codex"
@@ -381,6 +389,7 @@ _PATH_KEYS = {
     "slice": ("ids_file",),
     "retrieval": ("index_root",),
     "pricing": ("table",),
+    "runtime": ("runs_root",),
 }
 
 

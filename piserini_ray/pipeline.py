@@ -134,10 +134,13 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
     )
 
 
-def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
+def default_run_dir(config: RunConfig, root: Path | None = None) -> Path:
+    """`<runs_root>/<benchmark>-<model>-<config hash>`: the same config finds the same run
+    directory wherever the command runs from (a resubmitted job resumes)."""
     import re
 
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", config.model.name)
+    root = root if root is not None else config.runtime.resolved_runs_root()
     return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
 
 

@@ -32,8 +32,9 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("_")
 
 
-def expand_sweep(path: Path, root: Path = Path("runs")) -> list[tuple[RunConfig, Path]]:
-    """The runs of a sweep file with their run directories under `root/<sweep name>/`."""
+def expand_sweep(path: Path, root: Path | None = None) -> list[tuple[RunConfig, Path]]:
+    """The runs of a sweep file with their run directories under `root/<sweep name>/` (default:
+    each run's `runtime.runs_root`)."""
     data = read_yaml(path, "sweep file")
     try:
         sweep = SweepConfig.model_validate(data)
@@ -48,5 +49,6 @@ def expand_sweep(path: Path, root: Path = Path("runs")) -> list[tuple[RunConfig,
         label = "-".join(
             f"{f.rsplit('.', 1)[-1]}={_slug(v)}" for f, v in zip(fields, values, strict=True)
         )
-        runs.append((config, root / sweep.name / f"{label}-{config.config_hash()[:8]}"))
+        folder = root if root is not None else config.runtime.resolved_runs_root()
+        runs.append((config, folder / sweep.name / f"{label}-{config.config_hash()[:8]}"))
     return runs

@@ -136,3 +136,25 @@ def test_the_local_engine_asks_the_models_limiter_for_every_call(
     with RunStore(tmp_path / "run", config) as store:
         attempts = sum(t.attempts for r in store.records() for t in r.trajectory)
     assert attempts > 0 and limiter.granted - before == attempts
+
+
+def test_run_directories_live_under_the_runs_root_wherever_the_command_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resubmitted job (whose working directory is a fresh copy) finds the same run
+    directory: it depends on the config and `runtime.runs_root`, never on the cwd."""
+    from piserini_ray.pipeline import default_run_dir
+
+    monkeypatch.setenv("PISERINI_RAY_HOME", str(tmp_path / "home"))
+    config = load_config(None)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = default_run_dir(config)
+    monkeypatch.chdir(tmp_path / "b")
+    assert default_run_dir(config) == first and first.is_absolute()
+    assert first.parent == tmp_path / "home" / "runs"
+    assert first.name.endswith(config.config_hash()[:8])
+    moved = load_config(None, {"runtime.runs_root": str(tmp_path / "results")})
+    assert default_run_dir(moved).parent == tmp_path / "results"
+    assert moved.config_hash() == config.config_hash()  # where results go is not identity
