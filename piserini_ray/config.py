@@ -67,6 +67,11 @@ class RetrievalConfig(StrictModel):
     def resolved_index_root(self) -> Path:
         return self.index_root if self.index_root is not None else default_home() / "indexes"
 
+    def with_resolved_index_root(self) -> RetrievalConfig:
+        """This config with its index root made explicit, so another process (a replica, whose
+        environment may differ) looks in the same folder."""
+        return self.model_copy(update={"index_root": self.resolved_index_root()})
+
 
 class ToolsConfig(StrictModel):
     """Paging, caching, excerpt and spill limits of the three tools (SPEC §3)."""

@@ -161,11 +161,6 @@ async def judge_many(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def judge_client(config: RunConfig, api_base: str | None, limiter: Limiter | None) -> LLMClient:
-    model = config.judge_model()
-    return LLMClient(model, config.retry, api_base=api_base or model.api_base, limiter=limiter)
-
-
 async def judge_records(
     config: RunConfig,
     store: RunStore,
@@ -184,7 +179,7 @@ async def judge_records(
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
         limiter = limiter or LOCAL_LIMITERS.limiter(model, config.offline)
-        client = judge_client(config, api_base, limiter)
+        client = LLMClient(model, config.retry, api_base or model.api_base, limiter)
         items = [(queries[r.query_id], r) for r in todo]
         async for judgement in judge_many(
             client, items, config.judge.max_parse_retries, config.judge.concurrency

@@ -184,10 +184,7 @@ def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
     from piserini_ray.retrieval import ensure_index
     from piserini_ray.retrieval.docstore import read_docids
 
-    retrieval = config.retrieval.model_copy(
-        update={"index_root": config.retrieval.resolved_index_root()}
-    )
-    index = ensure_index(benchmark.corpus, retrieval, log)
+    index = ensure_index(benchmark.corpus, config.retrieval, log)
     for problem in check_qrels(benchmark, set(read_docids(index)), config):
         log(f"warning: {problem}")
     return index

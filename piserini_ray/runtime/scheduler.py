@@ -163,9 +163,7 @@ def _execute(
         strategy = "SPREAD" if runtime.placement == "spread" else "DEFAULT"
         # The index was built (or found) by `prepare` on this node; replicas here open it at
         # once, and nodes elsewhere build their own under the same lock.
-        retrieval = run.config.retrieval.model_copy(
-            update={"index_root": run.config.retrieval.resolved_index_root()}
-        )
+        retrieval = run.config.retrieval.with_resolved_index_root()
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=runtime.cpus_per_replica,

@@ -63,9 +63,7 @@ def tune_on_ray(
     )
     started = time.monotonic()
     if todo:
-        retrieval = config.retrieval.model_copy(
-            update={"index_root": config.retrieval.resolved_index_root()}
-        )
+        retrieval = config.retrieval.with_resolved_index_root()
         ensure_index(load_benchmark(config.benchmark).corpus, retrieval, log)
         config = config.model_copy(update={"retrieval": retrieval})
         workers = [
