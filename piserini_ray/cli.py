@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.data import Benchmark, load_benchmark
+from piserini_ray.data import Benchmark, load_benchmark, load_corpus
 from piserini_ray.errors import ConfigError, PiseriniRayError
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from piserini_ray.retrieval import ensure_index, read_index_info
 
     cfg = _config(args)
-    path = ensure_index(load_benchmark(cfg.benchmark).corpus, cfg.retrieval, _log)
+    path = ensure_index(load_corpus(cfg.benchmark), cfg.retrieval, _log)
     info = read_index_info(path)
     print(f"{path}\n{info.num_docs} documents, corpus {info.corpus}, built {info.built_at}")
     return 0

@@ -6,6 +6,7 @@ inputs. Unknown keys are rejected: a typo in a YAML file must not silently fall 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -303,8 +304,54 @@ class PricingConfig(StrictModel):
     allow_litellm_prices: bool = False
 
 
-#: Config paths that do not change what a run computes, left out of its hash.
-_NOT_IDENTITY = (("runtime",), ("model", "rate_limit"), ("judge",), ("pricing",))
+#: Config paths that do not change what a run computes, left out of its hash. The index is
+#: named by its corpus's fingerprint, so where indexes live is not identity either.
+_NOT_IDENTITY = (
+    ("runtime",),
+    ("model", "rate_limit"),
+    ("judge",),
+    ("pricing",),
+    ("retrieval", "index_root"),
+)
+#: Data files enter a run's identity by content, never by path: a checkout copied elsewhere
+#: (a Ray job's working dir, another node) names the same run.
+_DATA_KEYS = (
+    ("benchmark", "queries"),
+    ("benchmark", "corpus"),
+    ("benchmark", "qrels_evidence"),
+    ("benchmark", "qrels_gold"),
+    ("slice", "ids_file"),
+)
+_WHOLE_FILE_LIMIT = 64 << 20
+_CHUNK = 1 << 20
+_CHUNKS = 16
+
+
+def file_identity(path: Path) -> str:
+    """A data file's content identity: the SHA-256 of files up to 64 MiB; for larger ones (a
+    multi-GB corpus) the size and 16 evenly spaced 1 MiB chunks, head and tail included, so
+    that naming a run never reads gigabytes. A missing file is named by its path (loading it
+    fails later with a clear error)."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return f"missing:{path}"
+    return _file_identity(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_identity(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= _WHOLE_FILE_LIMIT:
+            for block in iter(lambda: f.read(_CHUNK), b""):
+                digest.update(block)
+            return digest.hexdigest()
+        step = (size - _CHUNK) / (_CHUNKS - 1)
+        for i in range(_CHUNKS):
+            f.seek(int(i * step))
+            digest.update(f.read(_CHUNK))
+    return f"{size}:{digest.hexdigest()}"
 
 
 class RunConfig(StrictModel):
@@ -331,13 +378,17 @@ class RunConfig(StrictModel):
         return ModelConfig(name=DEFAULT_JUDGE, reasoning_effort="low", call_timeout=180.0)
 
     def config_hash(self) -> str:
-        """A short hash of everything that shapes a run's results (the run's identity)."""
+        """A short hash of everything that shapes a run's results (the run's identity): data
+        files by content, not path, and nothing about where results or indexes go."""
         data = self.model_dump(mode="json")
-        for path in _NOT_IDENTITY:
+        for *parents, leaf in _NOT_IDENTITY:
             node = data
-            for key in path[:-1]:
+            for key in parents:
                 node = node[key]
-            node.pop(path[-1], None)
+            node.pop(leaf, None)
+        for section, key in _DATA_KEYS:
+            if data[section][key] is not None:
+                data[section][key] = file_identity(Path(data[section][key]))
         canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()[:16]
 

@@ -154,7 +154,6 @@ class RunStore:
 
     def __init__(self, run_dir: Path, config: RunConfig, log: Log = None) -> None:
         self.run_dir = Path(run_dir).absolute()  # every path we print is absolute
-        self.config_hash = config.config_hash()
         self.records_path = self.run_dir / "records.jsonl"
         self.spill_root = self.run_dir / "spill"
         self._log = log or (lambda message: print(message, file=sys.stderr))
@@ -204,6 +203,10 @@ class RunStore:
         path = self.run_dir / "manifest.json"
         if path.exists():
             manifest = RunManifest.model_validate_json(path.read_bytes())
+            # The run's own config (resume, judge, report, export) is the run: its recorded hash
+            # stands even where its data files are absent (the hash reads them by content).
+            same = manifest.config == config.model_dump(mode="json")
+            self.config_hash = manifest.config_hash if same else config.config_hash()
             if manifest.config_hash != self.config_hash and self._holds_nothing():
                 self._log(
                     f"{self.run_dir} holds no record yet: it takes this config "
@@ -217,15 +220,26 @@ class RunStore:
                     f"Start a new run with another --run-dir, or resume the old one with "
                     f"`piserini-ray resume {self.run_dir}` (it uses the run's own config)."
                 )
-            else:
+            elif same:
                 return manifest
-        manifest = RunManifest(
-            run_id=f"{self.run_dir.name}-{self.config_hash[:8]}",
-            config_hash=self.config_hash,
-            config=config.model_dump(mode="json"),
-            versions=versions(),
-            started_at=now_iso(),
+            else:  # the same run opened from elsewhere: `resume` takes the paths used last
+                return self._write_manifest(
+                    manifest.model_copy(update={"config": config.model_dump(mode="json")})
+                )
+        else:
+            self.config_hash = config.config_hash()
+        return self._write_manifest(
+            RunManifest(
+                run_id=f"{self.run_dir.name}-{self.config_hash[:8]}",
+                config_hash=self.config_hash,
+                config=config.model_dump(mode="json"),
+                versions=versions(),
+                started_at=now_iso(),
+            )
         )
+
+    def _write_manifest(self, manifest: RunManifest) -> RunManifest:
+        path = self.run_dir / "manifest.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
         os.replace(tmp, path)

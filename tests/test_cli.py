@@ -10,8 +10,10 @@ import orjson
 from conftest import GOLDEN
 
 
-def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = os.environ | {"PISERINI_RAY_HOME": str(home)}
+def _cli(
+    *args: str, home: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"PISERINI_RAY_HOME": str(home)} | (env or {})
     return subprocess.run(
         [sys.executable, "-m", "piserini_ray.cli", *args],
         capture_output=True,
@@ -156,3 +158,23 @@ def test_an_error_of_the_llm_client_exits_2(capsys, monkeypatch) -> None:
     monkeypatch.setattr(cli, "cmd_index", fails)
     status = cli.main(["index"])
     assert status == 2 and "permanent after 1 attempt(s)" in capsys.readouterr().err
+
+
+def test_the_browsecomp_plus_index_is_built_from_the_corpus_alone(tmp_path: Path) -> None:
+    """A node builds the index before the canary is filled in (cluster.yaml's setup step): the
+    shipped config's placeholder canary and absent query file do not matter to `index`; an
+    absent corpus is an error naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "browsecomp-plus.yaml"
+    env_home = {"HOME": str(tmp_path)}  # the config's `~/piserini_ray_data/...` paths
+    corpus = tmp_path / "piserini_ray_data" / "browsecomp-plus" / "corpus.parquet"
+    missing = _cli("index", "--config", str(config), home=tmp_path / "home", env=env_home)
+    assert missing.returncode == 2 and f"{corpus}: corpus file does not exist" in missing.stderr
+    corpus.parent.mkdir(parents=True)
+    docs = [{"docid": str(i), "text": f"document {i} about Lucene", "url": ""} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(docs), corpus)
+    out = _cli("index", "--config", str(config), home=tmp_path / "home", env=env_home)
+    assert out.returncode == 0, out.stderr
+    assert "3 documents, corpus browsecomp-plus:corpus.parquet" in out.stdout

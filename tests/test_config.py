@@ -66,3 +66,52 @@ def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:
 def test_bad_heap_value() -> None:
     with pytest.raises(ConfigError, match="jvm_heap"):
         load_config(None, {"retrieval.jvm_heap": "lots"})
+
+
+def _checkout(root: Path, comment: str = "") -> Path:
+    """A config and its data files laid out as in a checkout under `root`."""
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "queries.jsonl").write_text('{"query_id": "1", "query": "q", "answer": "a"}\n')
+    (root / "data" / "corpus.jsonl").write_text('{"docid": "d1", "text": "hello"}\n')
+    (root / "configs").mkdir()
+    path = root / "configs" / "mine.yaml"
+    path.write_text(
+        f"{comment}\nbenchmark:\n  source: jsonl\n  queries: ../data/queries.jsonl\n"
+        "  corpus: ../data/corpus.jsonl\nretrieval:\n  index_root: ../indexes\n"
+    )
+    return path
+
+
+def test_a_checkout_copied_elsewhere_names_the_same_run(tmp_path: Path) -> None:
+    """A Ray job runs from a fresh copy of the working dir at a new path each time: data files
+    count by content, where indexes live not at all, and comments are not config."""
+    here = load_config(_checkout(tmp_path / "here"))
+    there = load_config(_checkout(tmp_path / "ray_pkg_0123", comment="# edited comment"))
+    assert here.benchmark.queries != there.benchmark.queries  # absolute, different places
+    assert here.config_hash() == there.config_hash()
+    (tmp_path / "ray_pkg_0123" / "data" / "corpus.jsonl").write_text(
+        '{"docid": "d1", "text": "changed"}\n'
+    )
+    assert load_config(tmp_path / "ray_pkg_0123" / "configs" / "mine.yaml").config_hash() != (
+        here.config_hash()
+    )
+
+
+def test_a_large_data_file_is_identified_by_sampled_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the whole-file limit the identity reads 16 chunks (head and tail included), so a
+    change in the last byte still counts and naming a run never reads gigabytes."""
+    import piserini_ray.config as config_module
+
+    monkeypatch.setattr(config_module, "_WHOLE_FILE_LIMIT", 1 << 20)
+    monkeypatch.setattr(config_module, "_CHUNK", 1 << 12)
+    big = tmp_path / "corpus.jsonl"
+    big.write_bytes(b"x" * (3 << 20))
+    first = config_module.file_identity(big)
+    assert first.startswith(f"{3 << 20}:")
+    with open(big, "r+b") as f:
+        f.seek((3 << 20) - 1)
+        f.write(b"y")
+    assert config_module.file_identity(big) != first
+    assert config_module.file_identity(tmp_path / "absent") == f"missing:{tmp_path / 'absent'}"

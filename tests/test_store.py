@@ -243,3 +243,38 @@ def test_the_last_line_is_found_reading_backwards(tmp_path: Path, block: int) ->
         body = content[:-1] if content.endswith(b"\n") else content
         expected = body.rfind(b"\n") + 1
         assert (start, last) == (expected, content[expected:]), (content, block)
+
+
+def test_a_run_opened_from_a_moved_checkout_resumes_and_its_own_config_needs_no_data(
+    tmp_path: Path,
+) -> None:
+    """The same config from another folder is the same run (its manifest takes the new paths,
+    for `resume`); the run's own config opens it even when the data files are gone (`export`
+    and `report` of a fetched run)."""
+    data = '{"query_id": "1", "query": "q", "answer": "a"}\n'
+    configs = []
+    for where in ("first", "second"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "q.jsonl").write_text(data)
+        (tmp_path / where / "c.jsonl").write_text('{"docid": "d", "text": "t"}\n')
+        configs.append(
+            load_config(
+                None,
+                {
+                    "benchmark.source": "jsonl",
+                    "benchmark.queries": str(tmp_path / where / "q.jsonl"),
+                    "benchmark.corpus": str(tmp_path / where / "c.jsonl"),
+                },
+            )
+        )
+    with RunStore(tmp_path / "run", configs[0]) as store:
+        store.append(_record(store, "1"))
+    with RunStore(tmp_path / "run", configs[1]) as store:
+        assert store.done() == {"1"}
+        assert store.manifest.config["benchmark"]["queries"] == str(tmp_path / "second" / "q.jsonl")
+        recorded = store.manifest
+    shutil.rmtree(tmp_path / "second")
+    own = RunConfig.model_validate(recorded.config)
+    assert own.config_hash() != recorded.config_hash  # without its files it hashes otherwise
+    with RunStore(tmp_path / "run", own) as store:
+        assert store.done() == {"1"} and store.config_hash == recorded.config_hash

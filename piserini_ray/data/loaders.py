@@ -150,8 +150,20 @@ def browsecomp_plus_corpus(path: Path) -> Corpus:
 # ---------------------------------------------------------------- entry point
 
 
+def load_corpus(cfg: BenchmarkConfig) -> Corpus:
+    """The corpus a config names, without reading (or de-obfuscating) any query: building an
+    index needs only this, so a node can index before the canary is filled in."""
+    if cfg.source == "sample":
+        return jsonl_corpus(sample_dir() / "corpus.jsonl", name=SAMPLE_NAME)
+    assert cfg.corpus is not None  # checked by BenchmarkConfig
+    if cfg.source == "jsonl":
+        return jsonl_corpus(cfg.corpus)
+    return browsecomp_plus_corpus(cfg.corpus)
+
+
 def load_benchmark(cfg: BenchmarkConfig) -> Benchmark:
     """Load the benchmark a config names."""
+    corpus = load_corpus(cfg)
     if cfg.source == "sample":
         root = sample_dir()
         return Benchmark(
@@ -159,19 +171,17 @@ def load_benchmark(cfg: BenchmarkConfig) -> Benchmark:
             queries=read_queries_jsonl(root / "queries.jsonl"),
             evidence=read_qrels(root / "qrels_evidence.txt"),
             gold=read_qrels(root / "qrels_gold.txt"),
-            corpus=jsonl_corpus(root / "corpus.jsonl", name=SAMPLE_NAME),
+            corpus=corpus,
         )
-    assert cfg.queries is not None and cfg.corpus is not None  # checked by BenchmarkConfig
+    assert cfg.queries is not None  # checked by BenchmarkConfig
     if cfg.source == "jsonl":
         queries = read_queries_jsonl(cfg.queries)
         evidence: Qrels = {}
         gold: Qrels = {}
-        corpus = jsonl_corpus(cfg.corpus)
     else:
         queries, evidence, gold = read_browsecomp_plus_queries(
             cfg.queries, cfg.canary, cfg.obfuscated
         )
-        corpus = browsecomp_plus_corpus(cfg.corpus)
     # Qrels files, when given, take precedence over doc lists carried in the query rows.
     if cfg.qrels_evidence is not None:
         evidence = read_qrels(cfg.qrels_evidence)
