@@ -9,6 +9,7 @@ PIDs it started, never `ray stop`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -73,19 +74,13 @@ def _processes_of(marker: str) -> set[int]:
 
 def _stop_processes(marker: str) -> None:
     pids = _processes_of(marker)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    end = time.monotonic() + 30
-    while time.monotonic() < end and any(Path(f"/proc/{pid}").exists() for pid in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and any(Path(f"/proc/{pid}").exists() for pid in pids):
+            time.sleep(0.2)
 
 
 @pytest.fixture
