@@ -79,8 +79,16 @@ def _stop_processes(marker: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         end = time.monotonic() + 30
-        while time.monotonic() < end and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        while time.monotonic() < end and any(_alive(pid) for pid in pids):
             time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; its reaper is not us
 
 
 @pytest.fixture
