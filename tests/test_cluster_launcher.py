@@ -1,0 +1,77 @@
+"""`cluster.yaml` as Ray's cluster launcher reads it (`ray up` prepares, then validates against
+Ray's own schema), and what it must promise: a pinned image with our Python and Ray, setup
+that fails loudly, data and results outside the job's working dir."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def prepared() -> dict:
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    config = prepare_config(raw)  # what `ray up` does before it validates
+    validate_config(config)  # ray/autoscaler/ray-schema.json, then Ray's own checks
+    return config
+
+
+def test_cluster_yaml_passes_rays_own_validation(prepared: dict) -> None:
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    schema = Path(ray.autoscaler.__file__).parent / "ray-schema.json"
+    assert schema.is_file()
+    broken = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    broken["available_node_types"]["head"]["bogus_key"] = 1
+    with pytest.raises(jsonschema.ValidationError):  # the check is not a formality
+        validate_config(prepare_config(broken))
+    assert prepared["head_node_type"] in prepared["available_node_types"]
+
+
+def test_the_image_has_our_python_and_our_ray(prepared: dict) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ray_pin = next(d for d in project["dependencies"] if d.startswith("ray["))
+    version = ray_pin.split("==")[1]
+    assert project["requires-python"].startswith(">=3.11")
+    assert prepared["docker"]["image"] == f"rayproject/ray:{version}-py311-cpu"
+    assert "make setup PYTHON=python3.11" in " ".join(prepared["setup_commands"])
+
+
+def test_no_setup_step_may_fail_quietly(prepared: dict) -> None:
+    """Ray stops a node's setup at the first command that exits non-zero, unless the command
+    swallows its own failure; Ray's defaults (which do) must not creep in either."""
+    steps = [
+        command
+        for key in (
+            "initialization_commands", "setup_commands", "head_setup_commands",
+            "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
+        )
+        for command in prepared[key]
+    ]  # fmt: skip
+    swallowing = re.compile(r"\|\|\s*(true|:)\b|;\s*true\s*$|set\s+\+e|\|\|\s*echo")
+    assert steps and not [s for s in steps if swallowing.search(s)]
+    index = [s for s in prepared["setup_commands"] if "piserini-ray index" in s]
+    assert len(index) == 1 and "configs/browsecomp-plus.yaml" in index[0]
+    assert not [s for s in prepared["head_setup_commands"] if s.startswith("pip ")]
+
+
+def test_data_and_results_stay_out_of_the_working_dir(prepared: dict) -> None:
+    from piserini_ray.config import load_config
+
+    mounts = prepared["file_mounts"]
+    assert mounts["~/piserini_ray"] == "." and "~/piserini_ray_data" in mounts
+    config = load_config(ROOT / "configs" / "browsecomp-plus.yaml")
+    data = Path("~/piserini_ray_data").expanduser()
+    assert config.benchmark.corpus is not None and config.benchmark.corpus.is_relative_to(data)
+    assert {".venv", "runs", "data"} <= set(prepared["rsync_exclude"])
+    starts = prepared["head_start_ray_commands"] + prepared["worker_start_ray_commands"]
+    assert all("PISERINI_RAY_HOME=~/piserini_ray_home" in s for s in starts if "ray start" in s)
+    assert "~/piserini_ray_home/runs/" in (ROOT / "cluster.yaml").read_text()  # rsync-down
