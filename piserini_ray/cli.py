@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.data import Benchmark, load_benchmark, load_corpus
 from piserini_ray.errors import ConfigError, PiseriniRayError
+from piserini_ray.store import manifest_config
 
 if TYPE_CHECKING:
+    from piserini_ray.config import ModelConfig
     from piserini_ray.pipeline import RunSummary
     from piserini_ray.retrieval import BM25Searcher
 
@@ -92,21 +94,47 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
-    config = _manifest_config(args.run_dir)
+    config = manifest_config(args.run_dir)
     _print_summary(_execute(config, args.run_dir, args.engine, args.concurrency))
     _report([(config, args.run_dir)], on_ray=args.engine == "ray")
     return 0
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    """Judge a run's answers not judged yet, then write its report."""
-    _report([(_manifest_config(d), d) for d in args.run_dirs])
+    """Judge a run's answers not judged yet, then write its report. `--judge MODEL` adds that
+    judge's verdicts beside the run's own judge's; the report shows their agreement."""
+    from piserini_ray.config import ModelConfig
+
+    extra = [ModelConfig(name=name) for name in args.judge or []]
+    _report([(manifest_config(d), d) for d in args.run_dirs], extra_judges=extra)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Paired comparison of runs against the first, over the queries they share (no model is
+    called: each run's own judge's verdicts)."""
+    from piserini_ray.pipeline import run_facts
+    from piserini_ray.report.paired import compare_runs, paired_markdown
+
+    if len(args.run_dirs) < 2:
+        raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
+    reference, *others = [run_facts(d, _log) for d in args.run_dirs]
+    comparisons = [compare_runs(reference, other, args.seed) for other in others]
+    table = paired_markdown(comparisons)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "compare.md").write_text(table)
+        (args.out / "compare.json").write_text(
+            orjson_dumps([c.model_dump(mode="json") for c in comparisons])
+        )
+        print(f"wrote {(args.out / 'compare.md').absolute()} and compare.json")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Report runs side by side from what is judged already (no model is called)."""
-    _report([(_manifest_config(d), d) for d in args.run_dirs], judge=False, out=args.out)
+    _report([(manifest_config(d), d) for d in args.run_dirs], judge=False, out=args.out)
     return 0
 
 
@@ -114,7 +142,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from piserini_ray.report.export import export_browsecomp_plus, export_trec
     from piserini_ray.store import RunStore
 
-    config = _manifest_config(args.run_dir)
+    config = manifest_config(args.run_dir)
     with RunStore(args.run_dir, config, log=_log) as store:
         if args.format == "browsecomp-plus":
             paths = export_browsecomp_plus(store.records(), args.out)
@@ -207,7 +235,7 @@ def cmd_evidence_ranks(args: argparse.Namespace) -> int:
     from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
     from piserini_ray.store import RunStore
 
-    config = _manifest_config(args.run_dir)
+    config = manifest_config(args.run_dir)
     benchmark = load_benchmark(config.benchmark)
     with RunStore(args.run_dir, config, log=_log) as store:
         rows = evidence_ranks(store.records(), store.rankings(), benchmark)
@@ -222,11 +250,14 @@ def _report(
     judge: bool = True,
     out: Path | None = None,
     on_ray: bool = False,
+    extra_judges: Sequence[ModelConfig] = (),
 ) -> None:
     from piserini_ray.pipeline import finish
     from piserini_ray.report import markdown_report, write_html_report
 
-    metrics = [finish(config, Path(run_dir), _log, judge, on_ray) for config, run_dir in runs]
+    metrics = [
+        finish(config, Path(run_dir), _log, judge, on_ray, extra_judges) for config, run_dir in runs
+    ]
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
     for _, run_dir in runs:
@@ -265,15 +296,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _manifest_config(run_dir: Path) -> RunConfig:
-    from piserini_ray.records import RunManifest
-
-    path = Path(run_dir) / "manifest.json"
-    if not path.exists():
-        raise ConfigError(f"{run_dir} is not a run directory (no manifest.json)")
-    return RunConfig.model_validate(RunManifest.model_validate_json(path.read_bytes()).config)
-
-
 def _print_summary(summary: RunSummary) -> None:
     data = summary.model_dump()
     print(f"\nrun {data['run_dir']} (config {data['config_hash']}, model {data['model']})")
@@ -309,7 +331,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from piserini_ray.local_run import model_endpoint
     from piserini_ray.tools import ToolSession, tool_schemas
 
-    cfg = _manifest_config(args.run_dir) if args.run_dir else _config(args)
+    cfg = manifest_config(args.run_dir) if args.run_dir else _config(args)
     benchmark = load_benchmark(cfg.benchmark)
     if args.query_id:
         query = benchmark.query(args.query_id)
@@ -450,7 +472,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("judge", help="Judge runs' answers (resumable), then report them.")
     p.add_argument("run_dirs", type=Path, nargs="+")
+    p.add_argument(
+        "--judge",
+        action="append",
+        metavar="MODEL",
+        help="also judge with MODEL (repeatable; e.g. offline/lenient-judge): its verdicts go "
+        "beside the run's judge's, and the report shows their agreement and kappa",
+    )
     p.set_defaults(func=cmd_judge)
+    p = sub.add_parser("compare", help="Paired comparison of runs against the first one.")
+    p.add_argument("run_dirs", type=Path, nargs="+", help="REFERENCE RUN [RUN ...]")
+    p.add_argument("--out", type=Path, help="also write compare.md and compare.json here")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("report", help="Report runs side by side from their judgements.")
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="folder for the combined report (md, html, plots)")

@@ -17,26 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel
 
-from piserini_ray.config import RunConfig
+from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
 from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import PricingTable, pricing_for
-from piserini_ray.preflight import preflight
-from piserini_ray.records import QueryRecord
+from piserini_ray.preflight import preflight, preflight_judge
+from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.report import write_run_reports
-from piserini_ray.report.metrics import RunMetrics, aggregate, facts_for
-from piserini_ray.store import RunStore
+from piserini_ray.report.agreement import judge_agreement
+from piserini_ray.report.metrics import QueryFacts, RunMetrics, aggregate, facts_for
+from piserini_ray.report.paired import RunFacts
+from piserini_ray.store import RunStore, manifest_config
 
 Log = Callable[[str], None]
 
@@ -246,13 +249,13 @@ def finish(
     log: Callable[[str], None],
     judge: bool = True,
     on_ray: bool = False,
+    extra_judges: Sequence[ModelConfig] = (),
 ) -> RunMetrics:
     """The pipeline's last step for one run: judge what is not judged yet (unless `judge` is
     False), reduce, and write `summary.json`, `report.md`, the plots and `report.html` into the
-    run directory; return the metrics. `on_ray`: judge under the cluster-wide limiter."""
-    from piserini_ray.judge import judge_records
-    from piserini_ray.local_run import endpoint_for
-
+    run directory; return the metrics. `on_ray`: judge under the cluster-wide limiter.
+    `extra_judges` add their verdicts beside the primary judge's; the report then shows each
+    pair's agreement (every judge with verdicts in the run counts, not only these)."""
     if on_ray:
         from piserini_ray.runtime import ensure_ray
 
@@ -260,29 +263,78 @@ def finish(
 
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
+    primary = config.judge_model()
     with RunStore(run_dir, config, log=log) as store:
         # The judge reads the answers only: records without trajectories or rankings.
         records = [r for r in store.iter_records(trajectory=False) if r.query_id in wanted]
-        judge_model = config.judge_model()
         if judge:
-            with endpoint_for(judge_model, config) as api_base:
-                if on_ray:
-                    from piserini_ray.runtime.reporting import judge_on_ray
-
-                    judgements = judge_on_ray(config, store, records, wanted, api_base, log)
-                else:
-                    judgements = asyncio.run(
-                        judge_records(config, store, records, wanted, api_base, log)
-                    )
-        else:
-            judgements = store.judgements(judge_model.name)
-        # The map step streams the records, each with its rankings, one at a time, in this
-        # process on either engine: shipping a run's records to Ray tasks costs more than the
-        # arithmetic (bench/reducers.py), and this way a run is never held whole in memory.
-        streamed = store.iter_records(rankings=True, trajectory=False)
-        facts = facts_for(
-            (r for r in streamed if r.query_id in wanted), benchmark, None, judgements
-        )
+            for model in (primary, *(m for m in extra_judges if m.name != primary.name)):
+                judged = config.model_copy(
+                    update={"judge": config.judge.model_copy(update={"model": model})}
+                )
+                preflight_judge(judged)
+                _judge(judged, store, records, wanted, on_ray, log)
+        judgements = store.judgements(primary.name)
+        others = [m for m in store.judge_models() if m != primary.name]
+        verdicts = {name: store.judgements(name) for name in others} | {primary.name: judgements}
+        answers = {r.query_id: r.exact_answer for r in records}
+        queries = [q for q in wanted.values() if q.query_id in answers]
+        agreement = [
+            judge_agreement(first, second, verdicts, queries, answers, config.judge.seed)
+            for first, second in itertools.combinations([primary.name, *others], 2)
+        ]
+        facts = _facts(store, benchmark, wanted, judgements)
         metrics = aggregate(config, store.run_dir, facts, judgements, pricing_for(config))
+    metrics = metrics.model_copy(update={"judge_agreement": agreement})
     write_run_reports(metrics, Path(run_dir))
     return metrics
+
+
+def _judge(
+    config: RunConfig,
+    store: RunStore,
+    records: list[QueryRecord],
+    wanted: dict[str, Query],
+    on_ray: bool,
+    log: Log,
+) -> None:
+    """Verdicts of `config`'s judge for every record without one, written as they arrive."""
+    from piserini_ray.judge import judge_records
+    from piserini_ray.local_run import endpoint_for
+
+    with endpoint_for(config.judge_model(), config) as api_base:
+        if on_ray:
+            from piserini_ray.runtime.reporting import judge_on_ray
+
+            judge_on_ray(config, store, records, wanted, api_base, log)
+        else:
+            asyncio.run(judge_records(config, store, records, wanted, api_base, log))
+
+
+def _facts(
+    store: RunStore,
+    benchmark: Benchmark,
+    wanted: dict[str, Query],
+    judgements: dict[str, Judgement],
+) -> list[QueryFacts]:
+    """The map step, streaming the records one at a time, each with its rankings, in this
+    process on either engine: shipping a run's records to Ray tasks costs more than the
+    arithmetic (bench/reducers.py), and this way a run is never held whole in memory."""
+    streamed = store.iter_records(rankings=True, trajectory=False)
+    return facts_for((r for r in streamed if r.query_id in wanted), benchmark, None, judgements)
+
+
+def run_facts(run_dir: Path, log: Log) -> RunFacts:
+    """A finished run's per-query facts under its primary judge, from its own manifest and
+    what is judged already (nothing is called): the input of a paired comparison."""
+    config = manifest_config(run_dir)
+    benchmark = load_benchmark(config.benchmark)
+    wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
+    judge = config.judge_model().name
+    with RunStore(run_dir, config, log=log) as store:
+        facts = _facts(store, benchmark, wanted, store.judgements(judge))
+        directory = str(store.run_dir)
+    price = pricing_for(config).price(config.model.name)
+    return RunFacts(
+        run_dir=directory, model=config.model.name, judge=judge, facts=facts, price=price
+    )

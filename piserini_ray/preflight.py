@@ -12,23 +12,31 @@ from piserini_ray.metrics.cost import PricingTable, pricing_for
 
 
 def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
-    model = config.model
     pricing = pricing or pricing_for(config)
-    for role, name in (("model.name", model.name), ("judge model", config.judge_model().name)):
-        if pricing.price(name) is None:
-            raise ConfigError(
-                f"{role} {name!r} is not in the pricing table ({pricing.path}): a run must know "
-                "what it costs. Add the model with its input, output and cache_read prices per "
-                "million tokens, or set pricing.allow_litellm_prices: true to use litellm's map."
-            )
-    for role, checked in (("model", model), ("judge.model", config.judge_model())):
-        _check_key(role, checked)
+    _check_priced("model.name", config.model.name, pricing)
+    _check_key("model", config.model)
+    preflight_judge(config, pricing)
     for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
         path = getattr(config.benchmark, field)
         if path is not None and not path.exists():
             raise ConfigError(f"benchmark.{field}: {path} does not exist (check the path)")
     if config.slice.ids_file is not None and not config.slice.ids_file.exists():
         raise ConfigError(f"slice.ids_file: {config.slice.ids_file} does not exist")
+
+
+def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> None:
+    """The judge's share of the checks: priced, and its key variable set (before judging)."""
+    _check_priced("judge model", config.judge_model().name, pricing or pricing_for(config))
+    _check_key("judge.model", config.judge_model())
+
+
+def _check_priced(role: str, name: str, pricing: PricingTable) -> None:
+    if pricing.price(name) is None:
+        raise ConfigError(
+            f"{role} {name!r} is not in the pricing table ({pricing.path}): a run must know "
+            "what it costs. Add the model with its input, output and cache_read prices per "
+            "million tokens, or set pricing.allow_litellm_prices: true to use litellm's map."
+        )
 
 
 def _check_key(role: str, model: ModelConfig) -> None:

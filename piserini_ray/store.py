@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from piserini_ray.config import RunConfig
-from piserini_ray.errors import PiseriniRayError
+from piserini_ray.errors import ConfigError, PiseriniRayError
 from piserini_ray.records import (
     Judgement,
     QueryRecord,
@@ -147,6 +147,15 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[package] = "absent"
     return found
+
+
+def manifest_config(run_dir: Path) -> RunConfig:
+    """The config a run directory was made with (its manifest): what `resume`, `judge`,
+    `report`, `export` and `compare` use."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        raise ConfigError(f"{run_dir} is not a run directory (no manifest.json)")
+    return RunConfig.model_validate(RunManifest.model_validate_json(path.read_bytes()).config)
 
 
 class RunStore:
@@ -300,6 +309,15 @@ class RunStore:
             if previous is None or previous.status == "judge_failed":
                 found[judgement.query_id] = judgement
         return found
+
+    def judge_models(self) -> list[str]:
+        """Every judge model with verdicts in this run (named inside its file), sorted."""
+        models = set()
+        for path in sorted((self.run_dir / "judgements").glob("*.jsonl")):
+            first = next(iter(JsonlFile(path, self._log).iter()), None)
+            if first is not None:
+                models.add(str(first["judge_model"]))
+        return sorted(models)
 
     def append_judgement(self, judgement: Judgement) -> None:
         with self._lock:

@@ -178,3 +178,43 @@ def test_the_browsecomp_plus_index_is_built_from_the_corpus_alone(tmp_path: Path
     out = _cli("index", "--config", str(config), home=tmp_path / "home", env=env_home)
     assert out.returncode == 0, out.stderr
     assert "3 documents, corpus browsecomp-plus:corpus.parquet" in out.stdout
+
+
+def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
+    capsys, sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    """Two offline runs (the heuristic and its long-horizon variant) on the same 30 queries,
+    the first judged again by the lenient judge: its report shows both judges' agreement, and
+    `compare` prints the paired table of the two runs."""
+    from piserini_ray.cli import main
+
+    runs = {}
+    for model in ("offline/heuristic", "offline/long-horizon"):
+        config = tmp_path / f"{model.split('/')[1]}.yaml"
+        config.write_text(f"slice: {{sample: 30}}\nmodel: {{name: {model}}}\n")
+        runs[model] = tmp_path / model.split("/")[1]
+        args = ["run", "--config", str(config), "--run-dir", str(runs[model])]
+        assert main([*args, "--engine", "local", "--index-root", str(index_root)]) == 0
+    first = runs["offline/heuristic"]
+    assert main(["judge", str(first), "--judge", "offline/lenient-judge"]) == 0
+    summary = orjson.loads((first / "summary.json").read_bytes())
+    (pair,) = summary["judge_agreement"]
+    assert (pair["first"], pair["second"]) == ("offline/exact-match-judge", "offline/lenient-judge")
+    assert pair["queries"] == 30 and pair["kappa"] is not None
+    (verdicts,) = (first / "judgements").glob("offline_lenient-judge*.jsonl")
+    assert verdicts.read_text().count("\n") == 30
+    assert "### Judge agreement" in (first / "report.md").read_text()
+    assert summary["judge"] == "offline/exact-match-judge"  # the headline keeps the run's judge
+    capsys.readouterr()
+    out_dir = tmp_path / "compare"
+    assert (
+        main(["compare", str(first), str(runs["offline/long-horizon"]), "--out", str(out_dir)]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert (
+        "## Paired comparison" in printed and f"| {runs['offline/long-horizon']} | 30 |" in printed
+    )
+    (comparison,) = orjson.loads((out_dir / "compare.json").read_bytes())
+    assert comparison["queries"] == 30
+    assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 30
+    assert main(["compare", str(first)]) == 2  # one run is nothing to compare

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.stats import bootstrap
@@ -51,3 +52,46 @@ def ratio_interval(
         random_state=np.random.default_rng(seed),
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def paired_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    statistic: Callable[[np.ndarray, np.ndarray], float | None],
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """95 % interval of `statistic(a, b)`, resampling the pairs (queries) together: a paired
+    difference of two runs, or Cohen's kappa of two judges. Resamples where the statistic is
+    undefined (kappa of a resample in which both judges say the same constant) are left out of
+    the percentiles; None with fewer than two pairs or when most resamples are undefined."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2:
+        return None
+
+    def defined(u: np.ndarray, v: np.ndarray) -> float:
+        value = statistic(u, v)
+        return np.nan if value is None else float(value)
+
+    if np.all(x == x[0]) and np.all(y == y[0]):  # every resample is the sample itself
+        point = defined(x, y)
+        return None if np.isnan(point) else (point, point)
+    with warnings.catch_warnings():
+        # The interval is taken from the distribution below (undefined replicates skipped);
+        # SciPy's own percentile of it would be NaN and warns about that.
+        warnings.simplefilter("ignore")
+        result = bootstrap(
+            (x, y),
+            defined,
+            paired=True,
+            vectorized=False,
+            n_resamples=RESAMPLES,
+            confidence_level=0.95,
+            method="percentile",
+            random_state=np.random.default_rng(seed),
+        )
+    replicates = np.asarray(result.bootstrap_distribution, dtype=float)
+    replicates = replicates[~np.isnan(replicates)]
+    if len(replicates) < RESAMPLES // 2:
+        return None
+    low, high = np.percentile(replicates, [2.5, 97.5])
+    return float(low), float(high)

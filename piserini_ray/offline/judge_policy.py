@@ -1,4 +1,7 @@
-"""`offline/exact-match-judge`: a deterministic stand-in for the LLM judge.
+"""`offline/exact-match-judge`: a deterministic stand-in for the LLM judge, and two judges that
+disagree with it in a controlled way, for rehearsing judge agreement: `offline/strict-judge`
+(exact after normalisation, or the same number; no containment) and `offline/lenient-judge`
+(also partial answers and any containment; see `LENIENT`).
 
 It reads the judge prompt in the last user message, whose fields start lines:
 
@@ -17,8 +20,9 @@ import json
 import re
 import string
 import unicodedata
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal
 
 from piserini_ray.offline.policy import PolicyReply
 from piserini_ray.offline.tokens import content_text
@@ -82,8 +86,18 @@ def parse_number(text: str) -> Decimal | None:
         return None
 
 
-def match_rule(extracted: str, gold: str) -> str | None:
-    """Which rule makes `extracted` match `gold` ("numeric", "normalised", "contained"), if any.
+Strictness = Literal["strict", "exact-match", "lenient"]
+
+
+def _contains(outer: list[str], inner: list[str]) -> bool:
+    return any(outer[i : i + len(inner)] == inner for i in range(len(outer) - len(inner) + 1))
+
+
+def match_rule(extracted: str, gold: str, strictness: Strictness = "exact-match") -> str | None:
+    """Which rule makes `extracted` match `gold`, if any: "numeric", "normalised", and by
+    strictness "contained" (exact-match: the gold plus at most 3 extra words; lenient: any
+    number), "partial" (lenient: the answer is a part of the gold, "Paris" for "Paris, France")
+    or "overlap" (lenient: at least half of the gold's words).
 
     When both are numbers the numeric comparison alone decides, so "1000" never matches
     "10000" through the containment rule.
@@ -96,16 +110,22 @@ def match_rule(extracted: str, gold: str) -> str | None:
         return None
     if x == g:
         return "normalised"
+    if strictness == "strict":
+        return None
     extra = len(x) - len(g)
-    if 0 < extra <= MAX_EXTRA_TOKENS and any(
-        x[i : i + len(g)] == g for i in range(len(x) - len(g) + 1)
-    ):
+    limit = MAX_EXTRA_TOKENS if strictness == "exact-match" else len(x)
+    if 0 < extra <= limit and _contains(x, g):
         return "contained"
+    if strictness == "lenient":
+        if len(x) < len(g) and _contains(g, x):
+            return "partial"
+        if 2 * len(set(g) & set(x)) >= len(set(g)):
+            return "overlap"
     return None
 
 
 def answers_match(extracted: str, gold: str) -> bool:
-    """True when `extracted` answers `gold` under `match_rule`."""
+    """True when `extracted` answers `gold` under `match_rule` (exact-match strictness)."""
     return match_rule(extracted, gold) is not None
 
 
@@ -142,7 +162,7 @@ def extract_exact_answer(response: str) -> str | None:
     return answer
 
 
-def judge(prompt: str) -> dict[str, Any]:
+def judge(prompt: str, strictness: Strictness = "exact-match") -> dict[str, Any]:
     """The judgement for one judge prompt (see the module docstring for its format)."""
     fields = parse_judge_prompt(prompt)
     gold = fields.get("correct_answer", "")
@@ -164,14 +184,19 @@ def judge(prompt: str) -> dict[str, Any]:
         verdict["reasoning"] = "The response has no 'Exact Answer:' line, so no final answer."
         return verdict
     for candidate in [gold, *aliases]:
-        rule = match_rule(extracted, candidate)
+        rule = match_rule(extracted, candidate, strictness)
         if rule is None:
             continue
         which = "the correct answer" if candidate == gold else "the accepted answer"
         explanation = {
             "numeric": "states the same number as",
             "normalised": "equals, after normalisation (case, punctuation, articles, spaces),",
-            "contained": f"contains, with at most {MAX_EXTRA_TOKENS} extra words,",
+            "contained": "contains"
+            + (
+                "" if strictness == "lenient" else f", with at most {MAX_EXTRA_TOKENS} extra words,"
+            ),
+            "partial": "is a part of",
+            "overlap": "shares at least half the words of",
         }[rule]
         verdict["reasoning"] = f"The extracted answer {extracted!r} {explanation} {which} "
         verdict["reasoning"] += f"{candidate!r} (rule: {rule})."
@@ -179,8 +204,7 @@ def judge(prompt: str) -> dict[str, Any]:
         return verdict
     names = ", ".join(repr(c) for c in [gold, *aliases])
     verdict["reasoning"] = (
-        f"The extracted answer {extracted!r} matches none of {names} by normalised, "
-        "numeric or containment comparison."
+        f"The extracted answer {extracted!r} matches none of {names} ({strictness} rules)."
     )
     return verdict
 
@@ -192,6 +216,22 @@ def _last_user_text(request: dict[str, Any]) -> str:
     return ""
 
 
-def exact_match_judge_policy(request: dict[str, Any]) -> PolicyReply:
-    """Judge the last user message; the content is JSON (also under `response_format`)."""
-    return PolicyReply(content=json.dumps(judge(_last_user_text(request)), ensure_ascii=False))
+def judge_policy(strictness: Strictness) -> Callable[[dict[str, Any]], PolicyReply]:
+    """A policy judging the last user message; the content is JSON (also under
+    `response_format`)."""
+
+    def policy(request: dict[str, Any]) -> PolicyReply:
+        verdict = judge(_last_user_text(request), strictness)
+        return PolicyReply(content=json.dumps(verdict, ensure_ascii=False))
+
+    return policy
+
+
+exact_match_judge_policy = judge_policy("exact-match")
+
+#: The offline judges by model name.
+JUDGES: dict[str, Callable[[dict[str, Any]], PolicyReply]] = {
+    "offline/exact-match-judge": exact_match_judge_policy,
+    "offline/strict-judge": judge_policy("strict"),
+    "offline/lenient-judge": judge_policy("lenient"),
+}

@@ -76,15 +76,15 @@ _SERVER_ERRORS = {
 
 
 def default_policies() -> dict[str, Policy]:
-    """The built-in registry: `offline/exact-match-judge` and, once they exist, the heuristic and
-    its long-horizon variant.
+    """The built-in registry: the offline judges and, once they exist, the heuristic and its
+    long-horizon variant.
 
     The heuristic agent is imported here, not at module level, so that this module does not
     depend on it (and importing it stays cheap until a server is built).
     """
-    from piserini_ray.offline.judge_policy import exact_match_judge_policy
+    from piserini_ray.offline.judge_policy import JUDGES
 
-    policies: dict[str, Policy] = {"offline/exact-match-judge": exact_match_judge_policy}
+    policies: dict[str, Policy] = dict(JUDGES)
     try:
         from piserini_ray.offline.heuristic import heuristic_policy
     except ModuleNotFoundError as error:

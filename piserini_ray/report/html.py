@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,10 +47,10 @@ def _markdown_to_html(text: str) -> str:
                 table.append(cells)
             continue
         flush()
-        if line.startswith("## "):
-            out.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("# "):
-            out.append(f"<h1>{html.escape(line[2:])}</h1>")
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            level = len(heading.group(1))
+            out.append(f"<h{level}>{html.escape(heading.group(2))}</h{level}>")
         elif line.strip():
             out.append(f"<p>{html.escape(line)}</p>")
     flush()

@@ -29,6 +29,7 @@ from piserini_ray.metrics.recall import (
     per_query,
 )
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
+from piserini_ray.report.agreement import JudgeAgreement
 
 
 class Estimate(BaseModel):
@@ -94,6 +95,8 @@ class RunMetrics(BaseModel):
     pricing_source: dict[str, str]
     budget_seconds: float
     bm25: dict[str, float]
+    #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
+    judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
 
 
 class QueryFacts(BaseModel):

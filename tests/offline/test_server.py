@@ -540,6 +540,30 @@ def test_judge_cases(response: str, gold: str, aliases: str | None, correct: boo
         assert verdict["extracted_final_answer"] is None
 
 
+@pytest.mark.parametrize(
+    ("answer", "gold", "strict", "exact_match", "lenient"),
+    [
+        ("Paris", "paris", True, True, True),  # normalised: every judge
+        ("1,000", "1000.0", True, True, True),  # the same number: every judge
+        ("Paris, France", "Paris", False, True, True),  # contained, 1 extra word
+        ("Paris is probably the capital city", "Paris", False, False, True),  # contained, 5
+        ("The Finnish", "The Finnish markka", False, False, True),  # a part of the gold
+        ("Stockholm Central Station", "Stockholm Arlanda Airport", False, False, False),
+        ("Arlanda Airport Stockholm", "Stockholm Arlanda Airport", False, False, True),  # overlap
+        ("10000", "1000", False, False, False),  # numbers decide alone
+    ],
+)
+def test_the_offline_judges_disagree_by_their_rules(
+    answer: str, gold: str, strict: bool, exact_match: bool, lenient: bool
+) -> None:
+    """Three offline judges of known strictness, so that a judge-agreement rehearsal is not
+    trivially kappa = 1; all three are served."""
+    prompt = judge_prompt(f"Exact Answer: {answer}", gold)
+    got = {s: judge(prompt, s)["correct"] for s in ("strict", "exact-match", "lenient")}
+    assert got == {"strict": strict, "exact-match": exact_match, "lenient": lenient}
+    assert {"offline/strict-judge", "offline/lenient-judge"} <= set(default_policies())
+
+
 def test_judge_helpers() -> None:
     assert normalize_answer("  The U.S.A.,  Inc! ") == "usa inc"
     assert normalize_answer("ＡＢＣ 35.0 1,000") == "abc 35 1000"

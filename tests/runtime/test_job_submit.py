@@ -161,7 +161,7 @@ def _records(path: Path) -> list[dict]:
 
 
 def test_a_submitted_job_stopped_mid_run_resumes_on_the_next_submit(
-    ray_head: tuple[str, dict[str, str]], tmp_path: Path, index_root: Path
+    ray_head: tuple[str, dict[str, str]], tmp_path: Path, sample_index: Path, index_root: Path
 ) -> None:
     from ray._private.runtime_env.packaging import get_uri_for_directory
     from ray.job_submission import JobStatus, JobSubmissionClient

@@ -1,0 +1,41 @@
+"""Statistics of two verdict vectors over the same queries: Cohen's kappa (two judges of one
+run) and the exact McNemar test (two runs under one judge). SciPy does the test; kappa is its
+two-line definition."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+from pydantic import BaseModel
+from scipy.stats import binomtest
+
+
+def cohens_kappa(a: ArrayLike, b: ArrayLike) -> float | None:
+    """(p_o - p_e) / (1 - p_e) for two binary raters; None where undefined (no items, or both
+    raters constant and equal, so chance agreement is already 1)."""
+    x, y = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    if len(x) == 0:
+        return None
+    observed = float(np.mean(x == y))
+    pa, pb = float(np.mean(x)), float(np.mean(y))
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    if chance >= 1.0:
+        return None
+    return (observed - chance) / (1 - chance)
+
+
+class McNemar(BaseModel):
+    """Discordant pairs and the exact two-sided McNemar p-value (a binomial test of the
+    discordant counts at p = 1/2)."""
+
+    only_reference: int  # right in the reference run, wrong in the other
+    only_other: int
+    p_value: float
+
+
+def mcnemar_exact(reference: ArrayLike, other: ArrayLike) -> McNemar:
+    x, y = np.asarray(reference, dtype=bool), np.asarray(other, dtype=bool)
+    only_ref, only_other = int(np.sum(x & ~y)), int(np.sum(~x & y))
+    discordant = only_ref + only_other
+    p = 1.0 if discordant == 0 else float(binomtest(only_other, discordant, 0.5).pvalue)
+    return McNemar(only_reference=only_ref, only_other=only_other, p_value=p)

@@ -1,0 +1,187 @@
+"""Paired comparisons of runs over the queries they share: does run B beat run A on the same
+questions? Accuracy, surfaced evidence recall and cost differences with paired bootstrap
+intervals, the exact McNemar test, win / loss / tie counts and the queries that flipped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from piserini_ray.metrics.cost import Price
+from piserini_ray.metrics.intervals import paired_interval
+from piserini_ray.metrics.paired import McNemar, mcnemar_exact
+from piserini_ray.report.metrics import QueryFacts
+
+
+class RunFacts(BaseModel):
+    """One run's per-query facts under its primary judge, as a comparison needs them."""
+
+    run_dir: str
+    model: str
+    judge: str
+    facts: list[QueryFacts]
+    price: Price | None  # the agent model's prices; None when unpriced
+
+
+class PairedDifference(BaseModel):
+    """`other - reference` over the pairs, with a 95 % paired bootstrap interval."""
+
+    reference: float | None
+    other: float | None
+    difference: float | None
+    ci95: tuple[float, float] | None
+    queries: int
+
+
+class Flip(BaseModel):
+    query_id: str
+    reference_correct: bool
+    other_correct: bool
+
+
+class PairedComparison(BaseModel):
+    reference: str
+    other: str
+    reference_judge: str
+    other_judge: str
+    #: Queries with a record in both runs; everything below is over these.
+    queries: int
+    #: Queries of the pair without a verdict in either run (counted wrong, as in accuracy).
+    unjudged: int
+    accuracy: PairedDifference
+    mcnemar: McNemar
+    wins: int  # right in `other`, wrong in `reference`
+    losses: int
+    ties: int
+    #: Macro surfaced evidence recall, over the shared queries that have evidence qrels.
+    surfaced_recall: PairedDifference
+    #: USD per query; None when either run is unpriced.
+    cost_per_query: PairedDifference | None
+    flips: list[Flip]
+
+
+def _correct(f: QueryFacts) -> bool:
+    return f.verdict == "judged" and bool(f.correct)
+
+
+def _difference(reference: Sequence[float], other: Sequence[float], seed: int) -> PairedDifference:
+    def diff(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.mean(b) - np.mean(a))
+
+    if not reference:
+        return PairedDifference(reference=None, other=None, difference=None, ci95=None, queries=0)
+    return PairedDifference(
+        reference=float(np.mean(reference)),
+        other=float(np.mean(other)),
+        difference=diff(np.asarray(reference), np.asarray(other)),
+        ci95=paired_interval(reference, other, diff, seed),
+        queries=len(reference),
+    )
+
+
+def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedComparison:
+    """`other` against `reference` over the queries both answered (in reference order)."""
+    theirs = {f.query_id: f for f in other.facts}
+    pairs = [(f, theirs[f.query_id]) for f in reference.facts if f.query_id in theirs]
+    ref_right = [_correct(a) for a, _ in pairs]
+    other_right = [_correct(b) for _, b in pairs]
+
+    def per_query(pick: Callable[[QueryFacts], float | None]) -> tuple[list[float], list[float]]:
+        kept = [(pick(a), pick(b)) for a, b in pairs]
+        both = [(x, y) for x, y in kept if x is not None and y is not None]
+        return [x for x, _ in both], [y for _, y in both]
+
+    def surfaced(f: QueryFacts) -> float | None:
+        cell = f.recall.get("surfaced", {}).get("evidence")
+        return None if cell is None or cell[1] == 0 else cell[0] / cell[1]
+
+    cost = None
+    if reference.price is not None and other.price is not None:
+        ref_price, other_price = reference.price, other.price
+        cost = _difference(
+            [ref_price.cost(a.usage) for a, _ in pairs],
+            [other_price.cost(b.usage) for _, b in pairs],
+            seed,
+        )
+    wins = sum(1 for a, b in zip(ref_right, other_right, strict=True) if b and not a)
+    losses = sum(1 for a, b in zip(ref_right, other_right, strict=True) if a and not b)
+    return PairedComparison(
+        reference=reference.run_dir,
+        other=other.run_dir,
+        reference_judge=reference.judge,
+        other_judge=other.judge,
+        queries=len(pairs),
+        unjudged=sum(1 for a, b in pairs if a.verdict != "judged" or b.verdict != "judged"),
+        accuracy=_difference([float(x) for x in ref_right], [float(y) for y in other_right], seed),
+        mcnemar=mcnemar_exact(ref_right, other_right),
+        wins=wins,
+        losses=losses,
+        ties=len(pairs) - wins - losses,
+        surfaced_recall=_difference(*per_query(surfaced), seed),
+        cost_per_query=cost,
+        flips=[
+            Flip(query_id=a.query_id, reference_correct=x, other_correct=y)
+            for (a, _), x, y in zip(pairs, ref_right, other_right, strict=True)
+            if x != y
+        ],
+    )
+
+
+def _points(d: PairedDifference | None, scale: float = 100.0, fmt: str = "{:+.1f}") -> str:
+    if d is None or d.difference is None:
+        return "n/a"
+    text = fmt.format(scale * d.difference)
+    if d.ci95 is not None:
+        low, high = (fmt.format(scale * v) for v in d.ci95)
+        text += f" [{low}, {high}]"
+    return text
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
+    """The paired table (one row per run against the reference) and the flipped queries."""
+    if not comparisons:
+        return ""
+    lines = [
+        "## Paired comparison",
+        "",
+        f"Reference: {comparisons[0].reference}. Over the queries both runs answered; "
+        "differences are run - reference with 95 % paired bootstrap intervals; McNemar is "
+        "exact (two-sided); wins / losses count queries only the run / only the reference "
+        "got right.",
+        "",
+        "| run | queries | accuracy % ref -> run | Δ accuracy pts [95% CI] | McNemar p | "
+        "wins / losses / ties | Δ surfaced ev. recall pts [95% CI] | Δ cost $/query [95% CI] |",
+        "|---|---:|---|---|---:|---|---|---|",
+    ]
+    for c in comparisons:
+        lines.append(
+            f"| {c.other} | {c.queries} | {_pct(c.accuracy.reference)} -> "
+            f"{_pct(c.accuracy.other)} | {_points(c.accuracy)} | {c.mcnemar.p_value:.4g} | "
+            f"{c.wins} / {c.losses} / {c.ties} | {_points(c.surfaced_recall)} | "
+            f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} |"
+        )
+    for c in comparisons:
+        gained = [f.query_id for f in c.flips if f.other_correct]
+        lost = [f.query_id for f in c.flips if not f.other_correct]
+        lines.append("")
+        lines.append(
+            f"{c.other}: gains {len(gained)} ({', '.join(gained) or 'none'}), loses "
+            f"{len(lost)} ({', '.join(lost) or 'none'})"
+            + (
+                f"; {c.unjudged} shared queries lack a verdict (counted wrong)"
+                if c.unjudged
+                else ""
+            )
+            + (
+                f"; judged by {c.reference_judge} and {c.other_judge}: not the same judge"
+                if c.reference_judge != c.other_judge
+                else ""
+            )
+        )
+    return "\n".join(lines) + "\n"
