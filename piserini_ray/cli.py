@@ -18,6 +18,7 @@ from piserini_ray.store import manifest_config
 if TYPE_CHECKING:
     from piserini_ray.config import ModelConfig
     from piserini_ray.pipeline import RunSummary
+    from piserini_ray.report.paired import PairedComparison
     from piserini_ray.retrieval import BM25Searcher
 
 
@@ -113,13 +114,11 @@ def cmd_judge(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of runs against the first, over the queries they share (no model is
     called: each run's own judge's verdicts)."""
-    from piserini_ray.pipeline import run_facts
-    from piserini_ray.report.paired import compare_runs, paired_markdown
+    from piserini_ray.report.paired import paired_markdown
 
     if len(args.run_dirs) < 2:
         raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
-    reference, *others = [run_facts(d, _log) for d in args.run_dirs]
-    comparisons = [compare_runs(reference, other, args.seed) for other in others]
+    comparisons = _comparisons(args.run_dirs[0], args.run_dirs[1:], args.seed)
     table = paired_markdown(comparisons)
     print(table)
     if args.out is not None:
@@ -251,7 +250,10 @@ def _report(
     out: Path | None = None,
     on_ray: bool = False,
     extra_judges: Sequence[ModelConfig] = (),
+    reference: Path | None = None,
 ) -> None:
+    """Finish each run, print the table; for several runs (or `out`) a combined report, with a
+    paired comparison of every run against `reference` when one is named."""
     from piserini_ray.pipeline import finish
     from piserini_ray.report import markdown_report, write_html_report
 
@@ -268,9 +270,24 @@ def _report(
     if out is not None or len(runs) > 1:
         folder = out or Path(runs[0][1]).parent
         folder.mkdir(parents=True, exist_ok=True)
+        if reference is not None:
+            from piserini_ray.report.paired import paired_markdown
+
+            others = [Path(d) for _, d in runs if Path(d).absolute() != reference.absolute()]
+            paired = paired_markdown(_comparisons(reference, others))
+            print("\n" + paired)
+            table += "\n" + paired
         (folder / "report.md").write_text(table)
         page = write_html_report(metrics, folder, pareto=True)
         print(f"combined report: {folder / 'report.md'}  {page}")
+
+
+def _comparisons(reference: Path, others: Sequence[Path], seed: int = 0) -> list[PairedComparison]:
+    from piserini_ray.pipeline import run_facts
+    from piserini_ray.report.paired import compare_runs
+
+    base = run_facts(reference, _log)
+    return [compare_runs(base, run_facts(d, _log), seed) for d in others]
 
 
 def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> RunSummary:
@@ -286,13 +303,14 @@ def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
     from piserini_ray.runtime import run_on_ray
-    from piserini_ray.sweep import expand_sweep
+    from piserini_ray.sweep import expand_sweep, reference_run
 
     runs = expand_sweep(args.config, args.runs_root)
+    reference = reference_run(args.config, runs)  # a bad reference stops before any work
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
     for summary in run_on_ray(list(runs), _log):
         _print_summary(summary)
-    _report(list(runs), on_ray=True)
+    _report(list(runs), on_ray=True, reference=reference)
     return 0
 
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from piserini_ray.config import RunConfig, load_config, read_yaml
 from piserini_ray.errors import ConfigError, describe_validation_error
@@ -26,20 +26,57 @@ class SweepConfig(BaseModel):
     #: Other overrides applied to every run.
     set: dict[str, Any] = Field(default_factory=dict)
     name: str = "sweep"
+    #: The grid values of the run the others are compared with, e.g. `{model.name:
+    #: offline/heuristic, agent.budget_seconds: 300}`: the combined report then holds a paired
+    #: comparison (`piserini-ray compare`) of every run against it.
+    reference: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _reference_in_grid(self) -> SweepConfig:
+        for field, value in (self.reference or {}).items():
+            if field not in self.grid:
+                raise ValueError(f"reference.{field} is not a grid field ({', '.join(self.grid)})")
+            if value not in self.grid[field]:
+                raise ValueError(f"reference.{field}: {value!r} is not among {self.grid[field]}")
+        return self
 
 
 def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("_")
 
 
+def load_sweep(path: Path) -> SweepConfig:
+    try:
+        return SweepConfig.model_validate(read_yaml(path, "sweep file"))
+    except ValidationError as e:
+        raise ConfigError(f"sweep file {path} is invalid: {describe_validation_error(e)}") from None
+
+
+def reference_run(path: Path, runs: list[tuple[RunConfig, Path]]) -> Path | None:
+    """The run directory of the sweep's `reference` (None when it names none)."""
+    reference = load_sweep(path).reference
+    if not reference:
+        return None
+
+    def value(config: RunConfig, dotted: str) -> Any:
+        node: Any = config.model_dump(mode="json")
+        for key in dotted.split("."):
+            node = node[key]
+        return node
+
+    matching = [d for c, d in runs if all(value(c, f) == v for f, v in reference.items())]
+    if len(matching) != 1:
+        raise ConfigError(
+            f"sweep file {path}: reference {reference} matches {len(matching)} runs, not one; "
+            "give a value for every grid field"
+        )
+    return matching[0]
+
+
 def expand_sweep(path: Path, root: Path | None = None) -> list[tuple[RunConfig, Path]]:
     """The runs of a sweep file with their run directories under `root/<sweep name>/` (default:
     each run's `runtime.runs_root`)."""
-    data = read_yaml(path, "sweep file")
-    try:
-        sweep = SweepConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(f"sweep file {path} is invalid: {describe_validation_error(e)}") from None
+    sweep = load_sweep(path)
     base = (Path(path).resolve().parent / sweep.base) if sweep.base else None
     fields = list(sweep.grid)
     runs = []

@@ -187,6 +187,7 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     the first judged again by the lenient judge: its report shows both judges' agreement, and
     `compare` prints the paired table of the two runs."""
     from piserini_ray.cli import main
+    from piserini_ray.store import manifest_config
 
     runs = {}
     for model in ("offline/heuristic", "offline/long-horizon"):
@@ -218,3 +219,10 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     assert comparison["queries"] == 30
     assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 30
     assert main(["compare", str(first)]) == 2  # one run is nothing to compare
+    # A sweep's combined report holds the same comparison against its reference run.
+    from piserini_ray.cli import _report
+
+    combined = tmp_path / "combined"
+    pairs = [(manifest_config(d), d) for d in runs.values()]
+    _report(pairs, judge=False, out=combined, reference=first)
+    assert f"| {runs['offline/long-horizon']} | 30 |" in (combined / "report.md").read_text()

@@ -45,8 +45,13 @@ def test_missing_data_file(tmp_path: Path) -> None:
 
 
 def test_shipped_sweeps_and_cluster_file(tmp_path: Path) -> None:
+    from piserini_ray.sweep import reference_run
+
     runs = expand_sweep(ROOT / "configs" / "sweep_offline.yaml", tmp_path)
     assert len(runs) == 4
+    reference = reference_run(ROOT / "configs" / "sweep_offline.yaml", runs)
+    assert reference is not None and reference.name.startswith("name=offline_heuristic-")
+    assert "budget_seconds=300" in reference.name
     # Agent policies only: the exact-match judge as an agent answers without searching.
     assert {c.model.name for c, _ in runs} == {"offline/heuristic", "offline/long-horizon"}
     for config, _ in runs:
@@ -103,3 +108,21 @@ def test_the_judge_is_checked_too_and_free_rehearsals_get_a_free_judge(
     assert paid.judge_model().name == "gpt-5.3-codex"
     with pytest.raises(ConfigError, match=r"judge\.model 'gpt-5\.3-codex' needs OPENAI_API_KEY"):
         preflight(paid)
+
+
+def test_a_sweep_reference_must_name_one_run_of_the_grid(tmp_path: Path) -> None:
+    from piserini_ray.sweep import reference_run
+
+    sweep = tmp_path / "s.yaml"
+    grid = "grid:\n  model.name: [offline/heuristic, offline/long-horizon]\n"
+    sweep.write_text(grid + "reference: {model.name: gpt-5}\n")
+    with pytest.raises(ConfigError, match=r"reference\.model\.name: 'gpt-5' is not among"):
+        expand_sweep(sweep, tmp_path)
+    sweep.write_text(grid + "reference: {agent.budget_seconds: 300}\n")
+    with pytest.raises(ConfigError, match=r"reference\.agent\.budget_seconds is not a grid"):
+        expand_sweep(sweep, tmp_path)
+    sweep.write_text(
+        grid + "  agent.budget_seconds: [150, 300]\nreference: {model.name: offline/heuristic}\n"
+    )
+    with pytest.raises(ConfigError, match="matches 2 runs, not one"):
+        reference_run(sweep, expand_sweep(sweep, tmp_path))
