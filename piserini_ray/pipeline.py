@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +39,7 @@ from piserini_ray.report import write_run_reports
 from piserini_ray.report.agreement import judge_agreement
 from piserini_ray.report.metrics import QueryFacts, RunMetrics, aggregate, facts_for
 from piserini_ray.report.paired import RunFacts
+from piserini_ray.report.viewer import ViewerWriter
 from piserini_ray.store import RunStore, manifest_config
 
 Log = Callable[[str], None]
@@ -283,10 +284,13 @@ def finish(
             judge_agreement(first, second, verdicts, queries, answers, config.judge.seed)
             for first, second in itertools.combinations([primary.name, *others], 2)
         ]
-        facts = _facts(store, benchmark, wanted, judgements)
-        metrics = aggregate(config, store.run_dir, facts, judgements, pricing_for(config))
+        viewer = ViewerWriter(store.run_dir, benchmark, judgements)
+        facts = _facts(store, benchmark, wanted, judgements, viewer)
+        pricing = pricing_for(config)
+        metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
+        viewer.write_index(facts, pricing.price(config.model.name))
     metrics = metrics.model_copy(update={"judge_agreement": agreement})
-    write_run_reports(metrics, Path(run_dir))
+    write_run_reports(metrics, Path(run_dir), viewer=True)
     return metrics
 
 
@@ -316,12 +320,17 @@ def _facts(
     benchmark: Benchmark,
     wanted: dict[str, Query],
     judgements: dict[str, Judgement],
+    viewer: ViewerWriter | None = None,
 ) -> list[QueryFacts]:
     """The map step, streaming the records one at a time, each with its rankings, in this
     process on either engine: shipping a run's records to Ray tasks costs more than the
-    arithmetic (bench/reducers.py), and this way a run is never held whole in memory."""
-    streamed = store.iter_records(rankings=True, trajectory=False)
-    return facts_for((r for r in streamed if r.query_id in wanted), benchmark, None, judgements)
+    arithmetic (bench/reducers.py), and this way a run is never held whole in memory. With a
+    `viewer`, each record (trajectory included) also becomes its query's viewer file."""
+    streamed = store.iter_records(rankings=True, trajectory=viewer is not None)
+    records: Iterator[QueryRecord] = (r for r in streamed if r.query_id in wanted)
+    if viewer is not None:
+        records = viewer.observe(records)
+    return facts_for(records, benchmark, None, judgements)
 
 
 def run_facts(run_dir: Path, log: Log) -> RunFacts:

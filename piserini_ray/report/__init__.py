@@ -9,11 +9,12 @@ from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import RunMetrics
 
 
-def write_run_reports(metrics: RunMetrics, run_dir: Path) -> None:
-    """`summary.json`, `report.md`, the plots and `report.html` of one run."""
+def write_run_reports(metrics: RunMetrics, run_dir: Path, viewer: bool = False) -> None:
+    """`summary.json`, `report.md`, the plots and `report.html` of one run; `viewer`: the page
+    holds the trajectory viewer over the `viewer/` files already written."""
     (run_dir / "summary.json").write_text(metrics.model_dump_json(indent=2))
     (run_dir / "report.md").write_text(markdown_report([metrics]))
-    write_html_report([metrics], run_dir, pareto=False)
+    write_html_report([metrics], run_dir, pareto=False, viewer=viewer)
 
 
 __all__ = ["RunMetrics", "markdown_report", "write_html_report", "write_run_reports"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import RunMetrics
 from piserini_ray.report.plots import plot_depth, plot_pareto, plot_tools
+from piserini_ray.report.viewer import VIEWER_HTML
 
 # After load, the page records how many plots rendered (tests read it with headless Chromium).
 _CHECK = """<script>
@@ -57,8 +58,11 @@ def _markdown_to_html(text: str) -> str:
     return "\n".join(out)
 
 
-def write_html_report(runs: Sequence[RunMetrics], folder: Path, pareto: bool) -> Path:
-    """Plots and `report.html` in `folder`; the Pareto plot when comparing runs (a sweep)."""
+def write_html_report(
+    runs: Sequence[RunMetrics], folder: Path, pareto: bool, viewer: bool = False
+) -> Path:
+    """Plots and `report.html` in `folder`; the Pareto plot when comparing runs (a sweep);
+    `viewer`: the trajectory viewer of one run (`report/viewer.py`)."""
     folder.mkdir(parents=True, exist_ok=True)
     plots = [plot_depth(runs, folder / "depth.png"), plot_tools(runs, folder / "tools.png")]
     if pareto:
@@ -72,11 +76,16 @@ def write_html_report(runs: Sequence[RunMetrics], folder: Path, pareto: bool) ->
 <html lang="en"><head><meta charset="utf-8"><title>piserini_ray report</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}
 table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px}}
-figure{{display:inline-block;margin:1em}}</style>
+figure{{display:inline-block;margin:1em}}th[data-key]{{cursor:pointer;background:#f4f4f4}}
+#query-table tbody tr{{cursor:pointer}}#query-table tbody tr:hover{{background:#eef}}
+.turn{{border-left:3px solid #99c;margin:.6em 0;padding-left:.6em}}.steer{{color:#b00}}
+pre{{white-space:pre-wrap;background:#f8f8f8;padding:4px;max-height:30em;overflow:auto}}
+dt{{font-weight:bold}}</style>
 {_CHECK}</head><body>
 {_markdown_to_html(markdown_report(runs))}
 <h2>Plots</h2>
 {images}
+{VIEWER_HTML if viewer else ""}
 </body></html>
 """
     path = folder / "report.html"

@@ -4,11 +4,9 @@ Needs Debian's `chromium`, which `.ci/run` installs; on a machine without it the
 skipped (and says so), since no other browser may be downloaded here.
 """
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from chromium_page import dump_dom, needs_chromium
 
 from piserini_ray.config import load_config
 from piserini_ray.data import Benchmark, Query
@@ -18,8 +16,6 @@ from piserini_ray.records import Judgement, QueryRecord, RankingLog, now_iso
 from piserini_ray.report.html import write_html_report
 from piserini_ray.report.metrics import compute_metrics
 from piserini_ray.report.plots import pareto_front
-
-CHROMIUM = shutil.which("chromium")
 
 
 def _metrics(tmp_path: Path, model: str, budget: float):
@@ -56,32 +52,11 @@ def test_pareto_front() -> None:
     assert pareto_front([(1.0, 50.0), (2.0, 40.0), (3.0, 70.0), (0.5, 10.0)]) == [3, 0, 2]
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
-)
+@needs_chromium
 def test_report_html_opens_with_its_plots(tmp_path: Path) -> None:
     runs = [_metrics(tmp_path, "gpt-5", 300), _metrics(tmp_path, "gpt-5.5", 300)]
     page = write_html_report(runs, tmp_path / "report", pareto=True)
     assert {p.name for p in page.parent.glob("*.png")} == {"pareto.png", "depth.png", "tools.png"}
-    dom = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+    dom = dump_dom(page.as_uri(), tmp_path / "profile")
     assert 'data-images-loaded="3"' in dom and 'data-images-total="3"' in dom
     assert "gpt-5.5" in dom and 'src="pareto.png"' in dom
