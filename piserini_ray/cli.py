@@ -138,13 +138,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from piserini_ray.report.export import export_browsecomp_plus, export_trec
+    from piserini_ray.report.export import export_browsecomp_plus, export_pi_serini, export_trec
     from piserini_ray.store import RunStore
 
     config = manifest_config(args.run_dir)
     with RunStore(args.run_dir, config, log=_log) as store:
         if args.format == "browsecomp-plus":
             paths = export_browsecomp_plus(store.records(), args.out)
+        elif args.format == "pi-serini":  # it needs the questions and qrels too
+            paths = export_pi_serini(store.records(), load_benchmark(config.benchmark), args.out)
         else:
             paths = export_trec(store.rankings(), args.out, tag=store.run_id)
     print(f"wrote {len(paths)} file(s) to {args.out}")
@@ -509,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("export", help="Write a run in another format.")
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--format", choices=("browsecomp-plus", "trec"), required=True)
+    p.add_argument("--format", choices=("browsecomp-plus", "pi-serini", "trec"), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("tune-bm25", help="Grid-search BM25 (k1, b) on Ray; table, heatmap, best.")

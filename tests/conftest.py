@@ -69,6 +69,28 @@ def sample_index(sample: Benchmark, index_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory, sample_index: Path, index_root: Path):
+    """A finished offline run of 12 sample queries, judged and reported (some observations
+    spill, so spill files exist): `(run_dir, config)`. Read it, never change it."""
+    from piserini_ray.config import load_config
+    from piserini_ray.local_run import run_local
+    from piserini_ray.pipeline import finish
+
+    config = load_config(
+        None,
+        {
+            "retrieval.index_root": str(index_root),
+            "slice.sample": 12,
+            "tools.spill_max_bytes": 1500,
+        },
+    )
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    run_local(config, run_dir, log=lambda _m: None)
+    finish(config, run_dir, lambda _m: None)
+    return run_dir, config
+
+
+@pytest.fixture(scope="session")
 def searcher(sample_index: Path):
     from piserini_ray.retrieval import BM25Searcher
 

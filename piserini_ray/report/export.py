@@ -1,4 +1,5 @@
-"""Exports of a run for other tools: BrowseComp-Plus run files and TREC runs."""
+"""Exports of a run for other tools: BrowseComp-Plus run files, Pi-Serini run folders and TREC
+runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from piserini_ray.data import Benchmark, Qrels
 from piserini_ray.records import QueryRecord, RankingLog
 
 
@@ -74,6 +76,119 @@ def export_browsecomp_plus(records: list[QueryRecord], out: Path) -> list[Path]:
         path = out / f"{record.query_id}.json"
         path.write_bytes(orjson.dumps(browsecomp_plus_run(record), option=orjson.OPT_INDENT_2))
         paths.append(path)
+    return paths
+
+
+def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
+    """One query as Pi-Serini's harness writes it (`run_pi_benchmark.ts`), so that its
+    `summarize_run` and `evaluate_run_with_pi` read it unchanged: tool calls as `tool_call`
+    items with their arguments as objects (as the model sent them when they do not parse), the
+    final answer as the last item (their readers take only the last), the docid tiers under
+    their names (`agent_docids` = opened or cited: our behavior set), `stats` counts, and our
+    usage as an extra field they ignore."""
+    result: list[dict[str, Any]] = []
+    for turn in record.trajectory:
+        for call in turn.tool_calls:
+            try:
+                arguments: Any = orjson.loads(call.arguments)
+            except orjson.JSONDecodeError:
+                arguments = call.arguments
+            result.append(
+                {
+                    "type": "tool_call",
+                    "tool_name": call.name,
+                    "arguments": arguments,
+                    "output": call.observation,
+                }
+            )
+    if record.final_answer is not None:
+        result.append(
+            {
+                "type": "output_text",
+                "tool_name": None,
+                "arguments": None,
+                "output": record.final_answer,
+            }
+        )
+    counts = record.tool_call_counts
+    return {
+        "query_id": record.query_id,
+        "status": record.status,
+        "metadata": {"model": record.model, "query": question, "framework": "piserini_ray"},
+        "tool_call_counts": counts,
+        "surfaced_docids": record.surfaced,
+        "previewed_docids": record.previewed,
+        "opened_docids": record.opened,
+        "cited_docids": record.cited,
+        "agent_docids": record.behavior,
+        "stats": {
+            "elapsed_seconds": record.wall_seconds,
+            "tool_calls_total": sum(counts.values()),
+            "search_calls": counts.get("search", 0),
+            "read_search_results_calls": counts.get("read_search_results", 0),
+            "read_document_calls": counts.get("read_document", 0),
+            "timed_out": record.status == "timeout",
+        },
+        "result": result,
+        "usage": record.usage.model_dump(),
+    }
+
+
+def _write_qrels(qrels: Qrels, path: Path) -> Path:
+    lines = [f"{q} 0 {d} {rel}" for q, docs in sorted(qrels.items()) for d, rel in docs.items()]
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    return path.absolute()
+
+
+def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path) -> list[Path]:
+    """A run folder Pi-Serini's readers take as it is: one `<n>.json` per query (their
+    `summarize_run` reads only all-digit names: an all-digit query id is its own name, else
+    the query's place in the run, listed in `files.tsv`), and `benchmark_manifest_snapshot.json`
+    naming the qrels, gold answers and questions written beside them, by absolute path (their
+    tools resolve paths against their own checkout). No other `.json` file: their evaluator
+    reads every one."""
+    out.mkdir(parents=True, exist_ok=True)
+    questions = {q.query_id: q for q in benchmark.queries}
+    numeric = all(r.query_id.isdigit() for r in records)
+    paths, names = [], []
+    for n, record in enumerate(records, start=1):
+        name = f"{record.query_id}.json" if numeric else f"{n}.json"
+        query = questions.get(record.query_id)
+        run = pi_serini_run(record, query.query if query else None)
+        (out / name).write_bytes(orjson.dumps(run, option=orjson.OPT_INDENT_2))
+        paths.append(out / name)
+        names.append(f"{name}\t{record.query_id}")
+    (out / "files.tsv").write_text("file\tquery_id\n" + "\n".join(names) + "\n")
+    wanted = [questions[r.query_id] for r in records if r.query_id in questions]
+    truth = out / "ground_truth.jsonl"
+    truth.write_bytes(
+        b"".join(
+            orjson.dumps({"query_id": q.query_id, "query": q.query, "answer": q.answer}) + b"\n"
+            for q in wanted
+        )
+    )
+    (out / "queries.tsv").write_text(
+        "".join(f"{q.query_id}\t{' '.join(q.query.split())}\n" for q in wanted)
+    )
+    ids = [q.query_id for q in wanted]
+
+    def of_run(table: Qrels) -> Qrels:
+        return {q: table[q] for q in ids if q in table}
+
+    manifest = {
+        # Their known ids: browsecomp-plus, or their template for any other benchmark.
+        "benchmark_id": "browsecomp-plus"
+        if benchmark.name.startswith("browsecomp-plus")
+        else "benchmark-template",
+        "benchmark_display_name": benchmark.name,
+        "query_path": str((out / "queries.tsv").absolute()),
+        "qrels_path": str(_write_qrels(of_run(benchmark.evidence), out / "qrel_evidence.txt")),
+        "secondary_qrels_path": str(_write_qrels(of_run(benchmark.gold), out / "qrel_gold.txt")),
+        "ground_truth_path": str(truth.absolute()),
+    }
+    (out / "benchmark_manifest_snapshot.json").write_bytes(
+        orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+    )
     return paths
 
 

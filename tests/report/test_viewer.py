@@ -6,29 +6,10 @@ from urllib.parse import quote
 import orjson
 from chromium_page import dump_dom, needs_chromium
 
-from piserini_ray.config import load_config
-from piserini_ray.local_run import run_local
-from piserini_ray.pipeline import finish
+from piserini_ray.config import RunConfig
 from piserini_ray.store import RunStore
 
-QUERIES = 12
-
-
-def _run(tmp_path: Path, index_root: Path) -> tuple[Path, list]:
-    config = load_config(
-        None,
-        {
-            "retrieval.index_root": str(index_root),
-            "slice.sample": QUERIES,
-            "tools.spill_max_bytes": 1500,  # some observations spill: their files are linked
-        },
-    )
-    run_dir = tmp_path / "run"
-    run_local(config, run_dir, log=lambda _m: None)
-    finish(config, run_dir, lambda _m: None)
-    with RunStore(run_dir, config) as store:
-        records = store.records(rankings=True)
-    return run_dir, records
+QUERIES = 12  # the `finished_run` fixture's
 
 
 def _query_file(run_dir: Path, name: str) -> dict:
@@ -39,9 +20,11 @@ def _query_file(run_dir: Path, name: str) -> dict:
 
 @needs_chromium
 def test_the_viewer_lists_every_query_and_opens_a_trajectory(
-    tmp_path: Path, sample_index: Path, index_root: Path
+    tmp_path: Path, finished_run: tuple[Path, RunConfig]
 ) -> None:
-    run_dir, records = _run(tmp_path, index_root)
+    run_dir, config = finished_run
+    with RunStore(run_dir, config) as store:
+        records = store.records(rankings=True)
     rows = orjson.loads(
         (run_dir / "viewer" / "index.js").read_text().removeprefix("window.piseriniRows = ")[:-2]
     )
