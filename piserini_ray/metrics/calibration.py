@@ -2,8 +2,12 @@
 that are never mixed: every reported number says which one it used.
 
 Written by hand because the conventions are the point: the `browsecomp-plus` one reproduces
-that project's script exactly, including its loop that skips the last bin, which no library
-function does.
+that project's binning, including its loop that skips the last bin, which no library function
+does. One difference is deliberate: both conventions sort stably (records in run order within a
+tied confidence), while BrowseComp-Plus sorts with numpy's default `argsort` (quicksort, not
+stable). Without ties the two are identical; with ties straddling a bin boundary, which records
+share a bin can differ, and so can the figure (`tests/metrics/test_metrics.py::
+test_ties_are_where_browsecomp_plus_and_a_stable_sort_may_differ`).
 """
 
 from __future__ import annotations

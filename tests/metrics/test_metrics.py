@@ -87,3 +87,34 @@ def test_bootstrap_intervals_are_seeded_and_bracket_the_estimate() -> None:
     assert mean_interval([1.0, 1.0]) == (1.0, 1.0) and mean_interval([]) is None
     low, high = ratio_interval([1, 0, 2, 1], [2, 4, 2, 1], seed=1)
     assert low <= 4 / 9 <= high
+
+
+def _browsecomp_plus_reference(conf: list[float], correct: list[bool], kind: str) -> float:
+    """Their script's binning, with the sort a parameter (theirs: numpy's default)."""
+    import numpy as np
+
+    order = np.argsort(np.asarray(conf), kind=kind)
+    c, a = np.asarray(conf)[order], np.asarray(correct, dtype=float)[order]
+    n, total = len(c), 0.0
+    bins = [(i * 100, (i + 1) * 100) for i in range(n // 100)]
+    bins[-1] = (bins[-1][0], n)
+    for start, end in bins[:-1]:
+        total += (end - start) / n * (c[start:end].mean() - a[start:end].mean()) ** 2
+    return 100 * float(np.sqrt(total))
+
+
+def test_ties_are_where_browsecomp_plus_and_a_stable_sort_may_differ() -> None:
+    import random
+
+    rng = random.Random(5)
+    distinct = [rng.random() for _ in range(250)]
+    right = [rng.random() < 0.4 for _ in range(250)]
+    ours = calibration_error(distinct, right, "browsecomp-plus")
+    assert ours == pytest.approx(_browsecomp_plus_reference(distinct, right, "quicksort"))
+    # Three tied confidences over 300 records, the right answers first in run order: a bin
+    # boundary falls inside a tie, and numpy's quicksort fills it with other records.
+    tied = [rng.choice([0.2, 0.5, 0.8]) for _ in range(300)]
+    right = [i < 150 for i in range(300)]
+    stable = calibration_error(tied, right, "browsecomp-plus")
+    assert stable == pytest.approx(_browsecomp_plus_reference(tied, right, "stable"))
+    assert stable != pytest.approx(_browsecomp_plus_reference(tied, right, "quicksort"))
