@@ -77,6 +77,8 @@ class QueryRecord(BaseModel):
     confidence_missing: bool = True
     cited: list[str] = Field(default_factory=list)
     trajectory: list[Turn] = Field(default_factory=list)
+    #: Model turns taken: the trajectory's length, kept when a reader leaves the trajectory out.
+    turns: int | None = None
     tool_call_counts: dict[str, int] = Field(default_factory=dict)
     usage: Usage = Usage()
     charged_seconds: float = 0.0

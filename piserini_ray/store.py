@@ -277,7 +277,7 @@ class RunStore:
             if not rankings:
                 row.pop("rankings", None)
             if not trajectory:
-                row.pop("trajectory", None)
+                row.setdefault("turns", len(row.pop("trajectory", [])))
             yield QueryRecord.model_validate(row)
 
     def rankings(self) -> dict[str, list[RankingLog]]:

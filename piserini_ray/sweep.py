@@ -22,23 +22,42 @@ class SweepConfig(BaseModel):
     base: str | None = None
     #: Dotted field -> values, e.g. `model.name: [offline/heuristic, gpt-5]`,
     #: `agent.budget_seconds: [150, 300]`, `retrieval.preset: [piserini, pyserini-default]`.
-    grid: dict[str, list[Any]] = Field(min_length=1)
+    grid: dict[str, list[Any]] | None = Field(None, min_length=1)
+    #: Or the runs one by one, each a dict of dotted overrides (rows that are not a product,
+    #: e.g. the paper's 300 s, 100 iterations, 3600 s: `configs/sweep_termination.yaml`).
+    variants: list[dict[str, Any]] | None = Field(None, min_length=1)
     #: Other overrides applied to every run.
     set: dict[str, Any] = Field(default_factory=dict)
     name: str = "sweep"
-    #: The grid values of the run the others are compared with, e.g. `{model.name:
-    #: offline/heuristic, agent.budget_seconds: 300}`: the combined report then holds a paired
-    #: comparison (`piserini-ray compare`) of every run against it.
+    #: The grid (or variant) values of the run the others are compared with, e.g.
+    #: `{model.name: offline/heuristic, agent.budget_seconds: 300}`: the combined report then
+    #: holds a paired comparison (`piserini-ray compare`) of every run against it.
     reference: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _reference_in_grid(self) -> SweepConfig:
+    def _one_kind_and_a_known_reference(self) -> SweepConfig:
+        if (self.grid is None) == (self.variants is None):
+            raise ValueError("a sweep takes either `grid` or `variants`, not both or neither")
+        values: dict[str, list[Any]] = {}
+        for variant in self.runs():
+            for field, value in variant.items():
+                values.setdefault(field, []).append(value)
         for field, value in (self.reference or {}).items():
-            if field not in self.grid:
-                raise ValueError(f"reference.{field} is not a grid field ({', '.join(self.grid)})")
-            if value not in self.grid[field]:
-                raise ValueError(f"reference.{field}: {value!r} is not among {self.grid[field]}")
+            if field not in values:
+                raise ValueError(f"reference.{field} is not a swept field ({', '.join(values)})")
+            if value not in values[field]:
+                raise ValueError(f"reference.{field}: {value!r} is not among {values[field]}")
         return self
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Each run's own values: the grid's product, or the variants as listed."""
+        if self.variants is not None:
+            return [dict(v) for v in self.variants]
+        grid = self.grid or {}
+        return [
+            dict(zip(grid, values, strict=True))
+            for values in itertools.product(*(grid[f] for f in grid))
+        ]
 
 
 def _slug(value: Any) -> str:
@@ -78,14 +97,10 @@ def expand_sweep(path: Path, root: Path | None = None) -> list[tuple[RunConfig, 
     each run's `runtime.runs_root`)."""
     sweep = load_sweep(path)
     base = (Path(path).resolve().parent / sweep.base) if sweep.base else None
-    fields = list(sweep.grid)
     runs = []
-    for values in itertools.product(*(sweep.grid[f] for f in fields)):
-        overrides = dict(sweep.set) | dict(zip(fields, values, strict=True))
-        config = load_config(base, overrides)
-        label = "-".join(
-            f"{f.rsplit('.', 1)[-1]}={_slug(v)}" for f, v in zip(fields, values, strict=True)
-        )
+    for values in sweep.runs():
+        config = load_config(base, dict(sweep.set) | values)
+        label = "-".join(f"{f.rsplit('.', 1)[-1]}={_slug(v)}" for f, v in values.items())
         folder = root if root is not None else config.runtime.resolved_runs_root()
         runs.append((config, folder / sweep.name / f"{label}-{config.config_hash()[:8]}"))
     return runs

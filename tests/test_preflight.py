@@ -119,10 +119,26 @@ def test_a_sweep_reference_must_name_one_run_of_the_grid(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"reference\.model\.name: 'gpt-5' is not among"):
         expand_sweep(sweep, tmp_path)
     sweep.write_text(grid + "reference: {agent.budget_seconds: 300}\n")
-    with pytest.raises(ConfigError, match=r"reference\.agent\.budget_seconds is not a grid"):
+    with pytest.raises(ConfigError, match=r"reference\.agent\.budget_seconds is not a swept field"):
         expand_sweep(sweep, tmp_path)
     sweep.write_text(
         grid + "  agent.budget_seconds: [150, 300]\nreference: {model.name: offline/heuristic}\n"
     )
     with pytest.raises(ConfigError, match="matches 2 runs, not one"):
         reference_run(sweep, expand_sweep(sweep, tmp_path))
+
+
+def test_the_termination_sweeps_are_the_papers_rows(tmp_path: Path) -> None:
+    from piserini_ray.sweep import reference_run
+
+    for name, short, long in (
+        ("sweep_termination.yaml", 300, 3600),
+        ("sweep_termination_offline.yaml", 6, 72),
+    ):
+        runs = expand_sweep(ROOT / "configs" / name, tmp_path)
+        policies = [
+            (c.agent.termination, c.agent.budget_seconds, c.agent.max_iterations) for c, _ in runs
+        ]
+        assert policies == [("time", short, 100), ("iterations", 300, 100), ("time", long, 100)]
+        assert reference_run(ROOT / "configs" / name, runs) == runs[0][1]
+        assert len({d for _, d in runs}) == 3

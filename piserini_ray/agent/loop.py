@@ -205,6 +205,7 @@ async def run_query(
         confidence_missing=parsed.confidence_missing,
         cited=parsed.cited if status == "completed" else [],
         trajectory=state.turns,
+        turns=len(state.turns),
         tool_call_counts=dict(counts),
         usage=sum((t.usage for t in state.turns), Usage()),
         calls_without_usage=sum(1 for t in state.turns if not t.usage_reported),

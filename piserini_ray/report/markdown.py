@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from piserini_ray.report.agreement import agreement_markdown
+from piserini_ray.report.budget import budget_markdown
 from piserini_ray.report.metrics import Estimate, RunMetrics
 
 #: The paper's BrowseComp-Plus results (SPEC §9), shown beside ours and labelled as such.
@@ -121,6 +122,8 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
                 f"**Warning: {m.calls_without_usage} calls reported no usage; cost is a lower "
                 "bound** (their tokens are unknown and counted as 0).",
             ]
+        if m.budget is not None:
+            lines += ["", budget_markdown(m.budget, m.termination).rstrip("\n")]
         if m.judge_agreement:
             lines += ["", agreement_markdown(m.judge_agreement).rstrip("\n")]
     return "\n".join(lines) + "\n"

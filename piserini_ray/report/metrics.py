@@ -7,6 +7,7 @@ a map step (`query_facts`, over records streamed from the store) and a reduce (`
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,7 @@ from piserini_ray.metrics.recall import (
 )
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 from piserini_ray.report.agreement import JudgeAgreement
+from piserini_ray.report.budget import BudgetAnalysis, budget_analysis
 
 
 class Estimate(BaseModel):
@@ -94,7 +96,10 @@ class RunMetrics(BaseModel):
     #: model -> where its prices came from (the table, or litellm's map when allowed)
     pricing_source: dict[str, str]
     budget_seconds: float
+    #: The termination policy in words ("time: 300 s", "iterations: 100", "both: ...").
+    termination: str = "time"
     bm25: dict[str, float]
+    budget: BudgetAnalysis | None = None
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
 
@@ -115,6 +120,19 @@ class QueryFacts(BaseModel):
     usage: Usage
     calls_without_usage: int = 0
     tool_calls: dict[str, int]
+    # For the budget and termination analysis (`report/budget.py`):
+    turns: int = 0
+    charged_seconds: float = 0.0
+    steered: bool = False
+    termination: str | None = None
+    evidence_documents: int = 0
+    #: Hops of a multi-hop id (MuSiQue's `3hop1__...`); None where the id does not say.
+    hops: int | None = None
+    #: Evidence in the first search's ranking / all evidence (None: no evidence or no search).
+    first_search_recall: float | None = None
+
+
+_HOPS = re.compile(r"^(\d+)hop")
 
 
 def query_facts(
@@ -127,6 +145,9 @@ def query_facts(
     def hits(docs: set[str], table: Qrels) -> tuple[int, int] | None:
         rows = per_query({record.query_id: docs}, table)
         return (rows[0].hits, rows[0].relevant) if rows else None
+
+    evidence = {d for d, rel in qrels["evidence"].get(record.query_id, {}).items() if rel > 0}
+    hops = _HOPS.match(record.query_id)
 
     return QueryFacts(
         query_id=record.query_id,
@@ -146,6 +167,15 @@ def query_facts(
         usage=record.usage,
         calls_without_usage=record.calls_without_usage,
         tool_calls=record.tool_call_counts,
+        turns=record.turns if record.turns is not None else len(record.trajectory),
+        charged_seconds=record.charged_seconds,
+        steered=record.steered,
+        termination=record.termination,
+        evidence_documents=len(evidence),
+        hops=int(hops.group(1)) if hops else None,
+        first_search_recall=len(evidence & set(rankings[0].docids)) / len(evidence)
+        if evidence and rankings
+        else None,
     )
 
 
@@ -218,6 +248,18 @@ def _recall(rows: list[tuple[int, int] | None], seed: int) -> RecallFigures:
             queries=len(table),
             ci95=ratio_interval([r.hits for r in table], [r.relevant for r in table], seed),
         ),
+    )
+
+
+def _policy(config: RunConfig) -> str:
+    agent = config.agent
+    time = (
+        f"{agent.budget_seconds:g} s ({agent.budget_clock} clock, steer at "
+        f"{agent.steer_fraction:g})"
+    )
+    turns = f"{agent.max_iterations} model turns"
+    return {"time": f"time: {time}", "iterations": f"iterations: {turns}"}.get(
+        agent.termination, f"both: {time} or {turns}"
     )
 
 
@@ -300,5 +342,7 @@ def aggregate(
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
         pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},
         budget_seconds=config.agent.budget_seconds,
+        termination=_policy(config),
+        budget=budget_analysis(facts),
         bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
     )

@@ -60,6 +60,11 @@ class PairedComparison(BaseModel):
     #: USD per query; None when either run is unpriced.
     cost_per_query: PairedDifference | None
     flips: list[Flip]
+    #: Shared queries the reference cut short (timed out, or answered after the steer), and
+    #: those of them the other run got right where the reference did not: does a longer budget
+    #: rescue what the shorter one cut?
+    cut_short: int = 0
+    cut_short_gained: int = 0
 
 
 def _correct(f: QueryFacts) -> bool:
@@ -106,6 +111,7 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
             seed,
         )
     wins = sum(1 for a, b in zip(ref_right, other_right, strict=True) if b and not a)
+    cut = [(a, b) for a, b in pairs if a.status == "timeout" or a.steered]
     losses = sum(1 for a, b in zip(ref_right, other_right, strict=True) if a and not b)
     return PairedComparison(
         reference=reference.run_dir,
@@ -126,6 +132,8 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
             for (a, _), x, y in zip(pairs, ref_right, other_right, strict=True)
             if x != y
         ],
+        cut_short=len(cut),
+        cut_short_gained=sum(1 for a, b in cut if _correct(b) and not _correct(a)),
     )
 
 
@@ -153,18 +161,21 @@ def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
         f"Reference: {comparisons[0].reference}. Over the queries both runs answered; "
         "differences are run - reference with 95 % paired bootstrap intervals; McNemar is "
         "exact (two-sided); wins / losses count queries only the run / only the reference "
-        "got right.",
+        "got right; cut short: the reference timed out or was steered, and of those, the ones "
+        "only this run got right.",
         "",
         "| run | queries | accuracy % ref -> run | Δ accuracy pts [95% CI] | McNemar p | "
-        "wins / losses / ties | Δ surfaced ev. recall pts [95% CI] | Δ cost $/query [95% CI] |",
-        "|---|---:|---|---|---:|---|---|---|",
+        "wins / losses / ties | Δ surfaced ev. recall pts [95% CI] | Δ cost $/query [95% CI] | "
+        "cut short by ref -> right here |",
+        "|---|---:|---|---|---:|---|---|---|---|",
     ]
     for c in comparisons:
         lines.append(
             f"| {c.other} | {c.queries} | {_pct(c.accuracy.reference)} -> "
             f"{_pct(c.accuracy.other)} | {_points(c.accuracy)} | {c.mcnemar.p_value:.4g} | "
             f"{c.wins} / {c.losses} / {c.ties} | {_points(c.surfaced_recall)} | "
-            f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} |"
+            f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} | {c.cut_short} -> "
+            f"{c.cut_short_gained} |"
         )
     for c in comparisons:
         gained = [f.query_id for f in c.flips if f.other_correct]
