@@ -45,6 +45,9 @@ class BudgetAnalysis(BaseModel):
     timeouts: int
     #: proxy -> groups, easiest first
     by_difficulty: dict[str, list[Group]]
+    #: For the answer-time plot: all queries, and the sorted charged seconds of the answers.
+    queries: int = 0
+    answer_times: list[float] = []
 
 
 def _distribution(values: Sequence[float]) -> Distribution:
@@ -116,6 +119,8 @@ def budget_analysis(facts: Sequence[QueryFacts]) -> BudgetAnalysis:
         accuracy_steered=_share(steered, _correct),
         accuracy_natural=_share(natural, _correct),
         timeouts=sum(1 for f in facts if f.status == "timeout"),
+        queries=len(facts),
+        answer_times=sorted(round(f.charged_seconds, 3) for f in completed),
         by_difficulty={
             "evidence documents": _groups(facts, _evidence),
             "hops": _groups(facts, _hops),

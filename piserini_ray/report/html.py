@@ -9,7 +9,13 @@ from pathlib import Path
 
 from piserini_ray.report.markdown import markdown_report
 from piserini_ray.report.metrics import RunMetrics
-from piserini_ray.report.plots import plot_depth, plot_pareto, plot_tools
+from piserini_ray.report.plots import (
+    plot_accuracy_budget,
+    plot_answer_times,
+    plot_depth,
+    plot_pareto,
+    plot_tools,
+)
 from piserini_ray.report.viewer import VIEWER_HTML
 
 # After load, the page records how many plots rendered (tests read it with headless Chromium).
@@ -64,9 +70,14 @@ def write_html_report(
     """Plots and `report.html` in `folder`; the Pareto plot when comparing runs (a sweep);
     `viewer`: the trajectory viewer of one run (`report/viewer.py`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    plots = [plot_depth(runs, folder / "depth.png"), plot_tools(runs, folder / "tools.png")]
+    plots = [
+        plot_depth(runs, folder / "depth.png"),
+        plot_tools(runs, folder / "tools.png"),
+        plot_answer_times(runs, folder / "answer_times.png"),
+    ]
     if pareto:
         plots.insert(0, plot_pareto(runs, folder / "pareto.png"))
+        plots.append(plot_accuracy_budget(runs, folder / "accuracy_budget.png"))
     images = "\n".join(
         f'<figure><img src="{p.name}" alt="{p.stem}" width="640"><figcaption>{p.stem}'
         "</figcaption></figure>"

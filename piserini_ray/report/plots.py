@@ -1,5 +1,6 @@
 """PNG plots of run metrics (matplotlib, headless): accuracy vs cost with the Pareto frontier,
-the depth curve, and tool calls by tool."""
+the depth curve, tool calls by tool, when queries are answered against the budget, and accuracy
+against the budget across runs."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ import matplotlib.pyplot as plt
 from piserini_ray.report.metrics import RunMetrics
 
 
+def _policy(m: RunMetrics) -> str:
+    if m.termination.startswith("iterations"):
+        return m.termination.split(": ", 1)[1].replace(" model turns", " turns")
+    return f"T={m.budget_seconds:g}s" + (" or turns" if m.termination.startswith("both") else "")
+
+
 def _label(m: RunMetrics) -> str:
-    return f"{m.model}, T={m.budget_seconds:g}s, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
+    return f"{m.model}, {_policy(m)}, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
 
 
 def _finish(fig: plt.Figure, ax: plt.Axes, path: Path, title: str, legend: dict | None) -> Path:
@@ -99,3 +106,47 @@ def plot_tools(runs: Sequence[RunMetrics], path: Path) -> Path:
     ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(tools))], tools)
     ax.set_ylabel("calls per query")
     return _finish(fig, ax, path, "Tool calls by tool", {"fontsize": 7})
+
+
+def plot_answer_times(runs: Sequence[RunMetrics], path: Path) -> Path:
+    """Share of all queries answered by each charged second, a line per run, the steer and the
+    budget marked: a curve still rising at the budget means the budget cut queries short."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in runs:
+        if m.budget is None or not m.budget.queries:
+            continue
+        times = m.budget.answer_times
+        shares = [100 * (i + 1) / m.budget.queries for i in range(len(times))]
+        (line,) = ax.step([0.0, *times], [0.0, *shares], where="post", label=_label(m))
+        if not m.termination.startswith("iterations"):
+            ax.axvline(m.budget_seconds, color=line.get_color(), ls=":", lw=1)
+    ax.set_xlabel("charged seconds (dotted: each run's budget)")
+    ax.set_ylabel("queries answered (% of all)")
+    ax.grid(alpha=0.3)
+    return _finish(fig, ax, path, "When queries are answered", {"fontsize": 7})
+
+
+def plot_accuracy_budget(runs: Sequence[RunMetrics], path: Path) -> Path:
+    """Accuracy against the time budget (runs with a clock), turn-capped runs as lines."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    timed = sorted(
+        (m for m in runs if not m.termination.startswith("iterations")),
+        key=lambda m: (m.model, m.budget_seconds),
+    )
+    for model in dict.fromkeys(m.model for m in timed):
+        mine = [m for m in timed if m.model == model]
+        ax.plot(
+            [m.budget_seconds for m in mine],
+            [100 * (m.accuracy.value or 0.0) for m in mine],
+            "-o",
+            label=model,
+        )
+    for m in runs:
+        if m.termination.startswith("iterations"):
+            ax.axhline(100 * (m.accuracy.value or 0.0), ls="--", lw=1, label=_label(m))
+    if timed:
+        ax.set_xscale("log")
+    ax.set_xlabel("time budget T (s)")
+    ax.set_ylabel(f"accuracy (%, judge: {runs[0].judge if runs else ''})")
+    ax.grid(alpha=0.3, which="both")
+    return _finish(fig, ax, path, "Accuracy vs budget", {"fontsize": 7})

@@ -56,7 +56,8 @@ def test_pareto_front() -> None:
 def test_report_html_opens_with_its_plots(tmp_path: Path) -> None:
     runs = [_metrics(tmp_path, "gpt-5", 300), _metrics(tmp_path, "gpt-5.5", 300)]
     page = write_html_report(runs, tmp_path / "report", pareto=True)
-    assert {p.name for p in page.parent.glob("*.png")} == {"pareto.png", "depth.png", "tools.png"}
+    plots = {"pareto", "depth", "tools", "answer_times", "accuracy_budget"}
+    assert {p.stem for p in page.parent.glob("*.png")} == plots
     dom = dump_dom(page.as_uri(), tmp_path / "profile")
-    assert 'data-images-loaded="3"' in dom and 'data-images-total="3"' in dom
+    assert 'data-images-loaded="5"' in dom and 'data-images-total="5"' in dom
     assert "gpt-5.5" in dom and 'src="pareto.png"' in dom
