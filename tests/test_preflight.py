@@ -133,7 +133,7 @@ def test_the_termination_sweeps_are_the_papers_rows(tmp_path: Path) -> None:
 
     for name, short, long in (
         ("sweep_termination.yaml", 300, 3600),
-        ("sweep_termination_offline.yaml", 6, 72),
+        ("sweep_termination_offline.yaml", 9, 108),
     ):
         runs = expand_sweep(ROOT / "configs" / name, tmp_path)
         policies = [

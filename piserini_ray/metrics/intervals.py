@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import bootstrap
 
 RESAMPLES = 2000
@@ -35,28 +36,15 @@ def ratio_interval(
     if len(num) < 2:
         return None
 
-    def ratio(n: np.ndarray, d: np.ndarray, axis: int = -1) -> np.ndarray:
-        return n.sum(axis=axis) / d.sum(axis=axis)
-
     if np.allclose(num / den, num[0] / den[0]):
         value = float(num.sum() / den.sum())
         return value, value
-    result = bootstrap(
-        (num, den),
-        ratio,
-        paired=True,
-        vectorized=True,
-        n_resamples=RESAMPLES,
-        confidence_level=0.95,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return paired_interval(num, den, lambda n, d: float(n.sum() / d.sum()), seed)
 
 
 def paired_interval(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: ArrayLike,
+    b: ArrayLike,
     statistic: Callable[[np.ndarray, np.ndarray], float | None],
     seed: int = 0,
 ) -> tuple[float, float] | None:

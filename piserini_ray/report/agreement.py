@@ -12,6 +12,7 @@ from piserini_ray.data import Query
 from piserini_ray.metrics.intervals import paired_interval
 from piserini_ray.metrics.paired import cohens_kappa
 from piserini_ray.records import Judgement
+from piserini_ray.report._format import percent
 
 #: Disagreements listed in report.md per pair (summary.json keeps them all).
 SHOWN_DISAGREEMENTS = 50
@@ -102,16 +103,13 @@ def agreement_markdown(pairs: Sequence[JudgeAgreement]) -> str:
         "|---|---:|---:|---|---:|---:|---:|",
     ]
 
-    def pct(v: float | None) -> str:
-        return "n/a" if v is None else f"{100 * v:.1f}"
-
     for p in pairs:
         kappa = "n/a" if p.kappa is None else f"{p.kappa:.3f}"
         if p.kappa_ci95 is not None:
             kappa += f" [{p.kappa_ci95[0]:.3f}, {p.kappa_ci95[1]:.3f}]"
         lines.append(
-            f"| {p.first} vs {p.second} | {p.queries} | {pct(p.raw_agreement)} | {kappa} | "
-            f"{pct(p.accuracy[p.first])} | {pct(p.accuracy[p.second])} | "
+            f"| {p.first} vs {p.second} | {p.queries} | {percent(p.raw_agreement)} | {kappa} | "
+            f"{percent(p.accuracy[p.first])} | {percent(p.accuracy[p.second])} | "
             f"{len(p.disagreements)} |"
         )
     for p in pairs:

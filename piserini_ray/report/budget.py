@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel
 
+from piserini_ray.report._format import percent
+
 if TYPE_CHECKING:  # metrics.py holds a BudgetAnalysis: import the facts for annotations only
     from piserini_ray.report.metrics import QueryFacts
 
@@ -129,10 +131,6 @@ def budget_analysis(facts: Sequence[QueryFacts]) -> BudgetAnalysis:
     )
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}"
-
-
 def _dist(d: Distribution, unit: str) -> str:
     if not d.queries:
         return "no completed query"
@@ -149,9 +147,9 @@ def budget_markdown(b: BudgetAnalysis, policy: str) -> str:
         "",
         f"Policy: {policy}. Time to answer (charged): "
         f"{_dist(b.time_to_answer, ' s')}. Turns to answer: {_dist(b.turns_to_answer, '')}. "
-        f"Steered: {b.steered} ({_pct(b.steered_share)} %); accuracy of steered answers "
-        f"{_pct(b.accuracy_steered)} % against {_pct(b.accuracy_natural)} % for answers given "
-        f"before the steer. Timeouts: {b.timeouts}.",
+        f"Steered: {b.steered} ({percent(b.steered_share)} %); accuracy of steered answers "
+        f"{percent(b.accuracy_steered)} % against {percent(b.accuracy_natural)} % for answers "
+        f"given before the steer. Timeouts: {b.timeouts}.",
         "",
         "| difficulty proxy | group | queries | timeouts | steered | accuracy % |",
         "|---|---|---:|---:|---:|---:|",
@@ -160,6 +158,6 @@ def budget_markdown(b: BudgetAnalysis, policy: str) -> str:
         for g in groups:
             lines.append(
                 f"| {proxy} | {g.label} | {g.queries} | {g.timeouts} | {g.steered} | "
-                f"{_pct(g.accuracy)} |"
+                f"{percent(g.accuracy)} |"
             )
     return "\n".join(lines) + "\n"

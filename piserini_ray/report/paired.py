@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from piserini_ray.metrics.cost import Price
 from piserini_ray.metrics.intervals import paired_interval
 from piserini_ray.metrics.paired import McNemar, mcnemar_exact
+from piserini_ray.report._format import percent
 from piserini_ray.report.metrics import QueryFacts
 
 
@@ -147,10 +148,6 @@ def _points(d: PairedDifference | None, scale: float = 100.0, fmt: str = "{:+.1f
     return text
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}"
-
-
 def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
     """The paired table (one row per run against the reference) and the flipped queries."""
     if not comparisons:
@@ -171,8 +168,8 @@ def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
     ]
     for c in comparisons:
         lines.append(
-            f"| {c.other} | {c.queries} | {_pct(c.accuracy.reference)} -> "
-            f"{_pct(c.accuracy.other)} | {_points(c.accuracy)} | {c.mcnemar.p_value:.4g} | "
+            f"| {c.other} | {c.queries} | {percent(c.accuracy.reference)} -> "
+            f"{percent(c.accuracy.other)} | {_points(c.accuracy)} | {c.mcnemar.p_value:.4g} | "
             f"{c.wins} / {c.losses} / {c.ties} | {_points(c.surfaced_recall)} | "
             f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} | {c.cut_short} -> "
             f"{c.cut_short_gained} |"
