@@ -205,6 +205,10 @@ class ModelConfig(StrictModel):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     #: Seconds one HTTP call may take before it counts as a transient failure.
     call_timeout: float = Field(180.0, gt=0)
+    #: `auto`: mark cache breakpoints where the provider caches only what is marked (Anthropic:
+    #: the system prompt and the moving tail of the conversation); providers that cache on
+    #: their own (OpenAI, DeepSeek) get nothing. `off`: never mark.
+    prompt_caching: Literal["auto", "off"] = "auto"
     #: Extra keyword arguments passed to litellm as they are (e.g. provider-specific options).
     extra: dict[str, Any] = Field(default_factory=dict)
     rate_limit: RateLimitConfig = RateLimitConfig()
@@ -309,6 +313,7 @@ class PricingConfig(StrictModel):
 _NOT_IDENTITY = (
     ("runtime",),
     ("model", "rate_limit"),
+    ("model", "prompt_caching"),  # what a call costs, not what it answers
     ("judge",),
     ("pricing",),
     ("retrieval", "index_root"),

@@ -42,6 +42,9 @@ class ToolCallRecord(BaseModel):
 class Turn(BaseModel):
     index: int
     model_output: str | None
+    #: The model's reasoning text or summary, when its provider returns one (thinking blocks,
+    #: `reasoning_content`).
+    reasoning: str | None = None
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     usage: Usage = Usage()
     model_seconds: float = 0.0

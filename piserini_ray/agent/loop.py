@@ -108,6 +108,7 @@ async def run_query(
             state.messages.append(completion.message)
             turn.usage_reported = completion.usage_reported
             turn.model_output = completion.content
+            turn.reasoning = completion.reasoning
             turn.usage = completion.usage
             turn.model_seconds = round(completion.model_seconds, 4)
             turn.waited_seconds = round(completion.waited_seconds, 4)

@@ -75,6 +75,7 @@ class Completion:
     attempts: int
     failures: list[str] = field(default_factory=list)
     usage_reported: bool = True  # False: the reply had no usage block (its tokens are unknown)
+    reasoning: str | None = None  # the reasoning text the provider returned, if any
 
 
 class LLMClient:
@@ -129,7 +130,24 @@ class LLMClient:
             params["max_tokens"] = self.model.max_output_tokens
         if self.model.reasoning_effort is not None:
             params["reasoning_effort"] = self.model.reasoning_effort
+        if self.model.prompt_caching == "auto" and self.provider == "anthropic":
+            # Anthropic caches only marked prefixes: the system prompt (shared by every query)
+            # and the conversation's last message, which moves each turn; the next request
+            # finds the previous prefix within the 20 blocks Anthropic looks back. Two of the
+            # four breakpoints it allows; litellm puts them on the converted blocks.
+            params["cache_control_injection_points"] = [
+                {"location": "message", "role": "system"},
+                {"location": "message", "index": -1},
+            ]
         return params | self.model.extra
+
+    @property
+    def provider(self) -> str:
+        """litellm's provider of the route (`openai`, `anthropic`, `deepseek`, ...)."""
+        try:
+            return str(litellm.get_llm_provider(self.model.resolved_litellm_model())[1])
+        except Exception:  # an unknown route: litellm says so on the first call
+            return "unknown"
 
     async def complete(
         self,
@@ -223,10 +241,23 @@ def _completion(
     history_message: dict[str, Any] = {"role": "assistant", "content": message.content}
     if tool_calls:
         history_message["tool_calls"] = tool_calls
+    # What the provider needs back on the next turn, kept as litellm returned it: Anthropic's
+    # thinking blocks with their signatures (litellm puts them first in the assistant content;
+    # without them a thinking model's tool loop is refused at turn 2) and DeepSeek's
+    # `reasoning_content` (required back on tool-call turns in thinking mode).
+    thinking = [dict(b) for b in getattr(message, "thinking_blocks", None) or []]
+    reasoning = getattr(message, "reasoning_content", None)
+    if thinking:
+        history_message["thinking_blocks"] = thinking
+    if reasoning:
+        history_message["reasoning_content"] = reasoning
     return Completion(
         message=history_message,
         content=message.content,
         tool_calls=tool_calls,
+        reasoning=reasoning
+        or "\n".join(str(b.get("thinking")) for b in thinking if b.get("thinking"))
+        or None,
         usage=usage_from_response(response),
         usage_reported=usage_reported(response),
         model_seconds=model_seconds,

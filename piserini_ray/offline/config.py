@@ -77,6 +77,9 @@ class OfflineConfig(_Strict):
     #: Recent requests that `OfflineProvider.requests` keeps, conversations included; older ones
     #: are dropped, so a long rehearsal's memory stays flat.
     request_log: int = Field(1000, ge=1)
+    #: Models served under other names, e.g. `{claude-haiku-4-5: offline/heuristic}`: a
+    #: provider's native route (Anthropic's `/v1/messages`) rehearsed with its own model names.
+    model_aliases: dict[str, str] = Field(default_factory=dict)
 
 
 ScriptedKind = Literal[

@@ -31,6 +31,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import random
 import signal
 import socket
@@ -44,6 +45,7 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
+from piserini_ray.offline import anthropic
 from piserini_ray.offline.config import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall
 from piserini_ray.offline.tokens import (
@@ -101,9 +103,10 @@ def default_policies() -> dict[str, Policy]:
 
 @dataclass(frozen=True)
 class Usage:
-    prompt_tokens: int
+    prompt_tokens: int  # all of the prompt, cached parts included
     completion_tokens: int
-    cached_tokens: int
+    cached_tokens: int  # read from the cache
+    cache_write_tokens: int = 0  # written to the cache (Anthropic's route)
 
 
 @dataclass
@@ -169,6 +172,7 @@ class _App:
         self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._seq = itertools.count(1)
+        self.signer = anthropic.Signer(os.urandom(32))
         self._call_ids = itertools.count(1)
         self._completion_ids = itertools.count(1)
         self.reset()
@@ -180,6 +184,7 @@ class _App:
             self.conversations: OrderedDict[str, list[bytes]] = OrderedDict()
             self.heads: set[str] = set()
             self.windows: dict[str, _Window] = {}
+            self.prompt_caches: dict[str, anthropic.PromptCache] = {}
             # Separate streams, so enabling latency does not shift the fault pattern.
             self.fault_rng = random.Random(f"{self.config.seed}:faults")
             self.latency_rng = random.Random(f"{self.config.seed}:latency")
@@ -351,6 +356,81 @@ class _App:
         }
         if spec is not None and spec.kind == "no_usage":
             del reply_body["usage"]
+        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
+
+    async def messages(self, request: web.Request) -> web.Response:
+        """Anthropic's Messages API (`offline/anthropic.py` holds its rules and shapes)."""
+        record = RecordedRequest(seq=next(self._seq))
+        try:
+            response = await self._messages(request, record)
+            record.status = response.status
+            return response
+        finally:
+            with self.lock:
+                self.records.append(record)
+
+    async def _messages(self, request: web.Request, record: RecordedRequest) -> web.Response:
+        def refuse(error: anthropic.RequestError) -> web.Response:
+            return web.json_response(anthropic.error_body(error), status=error.status)
+
+        key = request.headers.get("x-api-key")
+        record.key_hash = key_hash(key) if key else None
+        if self.config.require_key and not key:
+            return refuse(anthropic.RequestError("x-api-key header is required", 401,
+                                                 "authentication_error"))  # fmt: skip
+        if "anthropic-version" not in request.headers:
+            return refuse(anthropic.RequestError("anthropic-version: header is required"))
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as error:
+            return refuse(anthropic.RequestError(f"request body is not valid JSON: {error}"))
+        if not isinstance(body, dict):
+            return refuse(anthropic.RequestError("request body must be a JSON object"))
+        record.model = str(body.get("model"))
+        record.messages = body.get("messages") if isinstance(body.get("messages"), list) else None
+        try:
+            thinking = anthropic.validate(body, self.signer)
+            if body.get("stream"):
+                raise anthropic.RequestError("stream: the offline provider answers stream: false")
+        except anthropic.RequestError as error:
+            return refuse(error)
+        name = self.config.model_aliases.get(record.model, record.model)
+        policy = self.policies.get(name)
+        if policy is None:
+            return refuse(anthropic.RequestError(f"model: {record.model}", 404, "not_found_error"))
+        latency = self._latency()
+        record.delayed += latency
+        await asyncio.sleep(latency)
+        reply = policy(anthropic.policy_request(body))
+        thought = anthropic.thinking_text(reply) if thinking else None
+        content = anthropic.reply_content(reply, thought, self.signer)
+        with self.lock:
+            cache = self.prompt_caches.setdefault(
+                f"{record.model}:{record.key_hash}", anthropic.PromptCache()
+            )
+            uncached, written, read = cache.usage(f"{record.model}", body)
+        output = sum(
+            count_text_tokens(
+                orjson.dumps({k: v for k, v in b.items() if k != "signature"}).decode()
+            )
+            for b in content
+        )
+        record.usage = Usage(uncached + written + read, output, read, written)
+        reply_body = {
+            "id": f"msg_offline_{next(self._completion_ids):06d}",
+            "type": "message",
+            "role": "assistant",
+            "model": record.model,
+            "content": content,
+            "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": uncached,
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
+                "output_tokens": output,
+            },
+        }
         return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
 
     def _next_scripted(self, model: str) -> Scripted | None:
@@ -700,6 +780,7 @@ class OfflineProvider:
         app = web.Application(client_max_size=64 * 1024**2)  # long agent histories
         app.router.add_get("/v1/models", self._app.models)
         app.router.add_post("/v1/chat/completions", self._app.chat)
+        app.router.add_post("/v1/messages", self._app.messages)  # Anthropic's native route
         runner = web.AppRunner(
             app,
             handle_signals=False,
