@@ -87,6 +87,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the agent over the configured slice (default: the embedded sample with the
     offline heuristic model), records in a run directory, then the summary."""
     config = _config(args)
+    if args.check:
+        from piserini_ray.llm.check import check_models
+
+        check_models([config], _log, include_offline=True)
+        return 0
     summary = _execute(config, args.run_dir, args.engine, args.concurrency)
     _print_summary(summary)
     _report([(config, Path(summary.run_dir))], on_ray=args.engine == "ray")
@@ -478,6 +483,13 @@ def build_parser() -> argparse.ArgumentParser:
         "runtime.runs_root or $PISERINI_RAY_HOME/runs",
     )
     p.add_argument("--runs-root", type=Path, help="where run directories go (runtime.runs_root)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="send one tiny request to each model (agent and judge) through its route, then "
+        "stop: a wrong key, model or endpoint shows in seconds (every run does this for "
+        "hosted models before its first query)",
+    )
     _engine_arguments(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("resume", help="Continue a run from its manifest.")

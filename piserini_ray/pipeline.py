@@ -4,7 +4,7 @@ Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`re
 
 `prepare` goes in this order, so that a mistake never leaves a half-made run directory behind:
 1. preflight of every run (pricing, API key variables, data files exist): a sweep is checked
-   whole before any of it starts;
+   whole before any of it starts; then one tiny request to each hosted model (`llm/check.py`);
 2. the data: queries, qrels and the slice are loaded and checked, and the index is built or
    found (which reads, and so validates, the whole corpus: a torn line or a duplicate docid
    names its file and line);
@@ -31,6 +31,7 @@ from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
+from piserini_ray.llm.check import check_models
 from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 from piserini_ray.preflight import preflight, preflight_judge
@@ -161,6 +162,8 @@ def prepare(
         table = pricing or pricing_for(config)
         preflight(config, table)
         priced.append(table)
+    # One tiny request per hosted model: a wrong key or model name stops here, in seconds.
+    check_models([config for config, _ in runs], log)
     loaded = []
     for config, _ in runs:
         benchmark = load_benchmark(config.benchmark)

@@ -223,11 +223,16 @@ class LLMClient:
             failure = classify(exc)
             scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
             raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
-        return _completion(response, model_seconds, waited, attempts, failures)
+        return _completion(response, model_seconds, waited, attempts, failures, self.provider)
 
 
 def _completion(
-    response: Any, model_seconds: float, waited: float, attempts: int, failures: list[str]
+    response: Any,
+    model_seconds: float,
+    waited: float,
+    attempts: int,
+    failures: list[str],
+    provider: str,
 ) -> Completion:
     message = response.choices[0].message
     tool_calls = [
@@ -247,7 +252,7 @@ def _completion(
     # `reasoning_content` (required back on tool-call turns in thinking mode).
     thinking = [dict(b) for b in getattr(message, "thinking_blocks", None) or []]
     reasoning = getattr(message, "reasoning_content", None)
-    if thinking:
+    if thinking and provider == "anthropic":  # other routes send unknown keys as they are
         history_message["thinking_blocks"] = thinking
     if reasoning:
         history_message["reasoning_content"] = reasoning

@@ -45,7 +45,7 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
-from piserini_ray.offline import anthropic
+from piserini_ray.offline import anthropic, deepseek
 from piserini_ray.offline.config import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall
 from piserini_ray.offline.tokens import (
@@ -201,13 +201,21 @@ class _App:
         return web.json_response({"object": "list", "data": data})
 
     async def chat(self, request: web.Request) -> web.Response:
+        return await self._serve_chat(request, deepseek_dialect=False)
+
+    async def deepseek_chat(self, request: web.Request) -> web.Response:
+        """DeepSeek's chat API: the OpenAI shape with its thinking-mode rules and usage
+        fields (`offline/deepseek.py`)."""
+        return await self._serve_chat(request, deepseek_dialect=True)
+
+    async def _serve_chat(self, request: web.Request, deepseek_dialect: bool) -> web.Response:
         task = asyncio.current_task()
         assert task is not None
         record = RecordedRequest(seq=next(self._seq))
         self.tasks.add(task)
         record.concurrent = len(self.tasks)
         try:
-            response = await self._chat(request, record)
+            response = await self._chat(request, record, deepseek_dialect)
             record.status = response.status
             return response
         finally:
@@ -224,7 +232,9 @@ class _App:
 
     # -- the pipeline -------------------------------------------------------------------------
 
-    async def _chat(self, request: web.Request, record: RecordedRequest) -> web.Response:
+    async def _chat(
+        self, request: web.Request, record: RecordedRequest, deepseek_dialect: bool = False
+    ) -> web.Response:
         key = _bearer_key(request)
         record.key_hash = key_hash(key) if key is not None else None
         if self.config.require_key and key is None:
@@ -253,7 +263,9 @@ class _App:
                 code="unsupported_value",
                 param="stream",
             )
-        policy = self.policies.get(model)
+        if deepseek_dialect and (refused := deepseek.problem(body)) is not None:
+            return _error(400, refused, "invalid_request_error")
+        policy = self.policies.get(self.config.model_aliases.get(model, model))
         if policy is None:
             known = ", ".join(sorted(self.policies))
             return _error(
@@ -324,15 +336,19 @@ class _App:
             for call in reply.tool_calls
         ]
         content = reply.content if reply.content is not None or tool_calls else ""
-        completion_tokens = count_completion_tokens(content, tool_calls)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        reasoning = 0
+        if deepseek_dialect and deepseek.thinking_enabled(body):
+            message["reasoning_content"] = deepseek.reasoning_text(reply)
+            reasoning = count_text_tokens(message["reasoning_content"])
+        completion_tokens = count_completion_tokens(content, tool_calls) + reasoning
         record.conversation, cached_tokens = self._prefix_cache(model, messages, tools)
         record.usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
         if window_entry is not None:
             with self.lock:
                 window_entry[1] += completion_tokens
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
         reply_body: dict[str, Any] = {
             "id": f"chatcmpl-offline-{next(self._completion_ids)}",
             "object": "chat.completion",
@@ -354,6 +370,10 @@ class _App:
                 "completion_tokens_details": {"reasoning_tokens": 0},
             },
         }
+        if deepseek_dialect:
+            reply_body["usage"] = deepseek.usage(
+                prompt_tokens, completion_tokens, cached_tokens, reasoning
+            )
         if spec is not None and spec.kind == "no_usage":
             del reply_body["usage"]
         return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
@@ -394,8 +414,7 @@ class _App:
                 raise anthropic.RequestError("stream: the offline provider answers stream: false")
         except anthropic.RequestError as error:
             return refuse(error)
-        name = self.config.model_aliases.get(record.model, record.model)
-        policy = self.policies.get(name)
+        policy = self.policies.get(self.config.model_aliases.get(record.model, record.model))
         if policy is None:
             return refuse(anthropic.RequestError(f"model: {record.model}", 404, "not_found_error"))
         latency = self._latency()
@@ -781,6 +800,7 @@ class OfflineProvider:
         app.router.add_get("/v1/models", self._app.models)
         app.router.add_post("/v1/chat/completions", self._app.chat)
         app.router.add_post("/v1/messages", self._app.messages)  # Anthropic's native route
+        app.router.add_post("/deepseek/chat/completions", self._app.deepseek_chat)
         runner = web.AppRunner(
             app,
             handle_signals=False,

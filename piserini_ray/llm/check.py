@@ -1,0 +1,61 @@
+"""Check before you spend: one tiny request to each distinct model of a run (agent and judge)
+through its real route, so that a wrong key, model name, route or endpoint stops the run in
+seconds with the provider's own message, not after every query has failed on it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from piserini_ray.config import ModelConfig, RetryConfig, RunConfig
+from piserini_ray.errors import ConfigError
+from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.retry import RetryError
+
+#: Seconds the check waits for a reply: a live endpoint answers a tiny prompt well within it.
+CHECK_TIMEOUT = 8.0
+PROMPT = [{"role": "user", "content": "Reply with the single word OK."}]
+
+
+def models_of(configs: Iterable[RunConfig]) -> list[tuple[ModelConfig, RunConfig]]:
+    """Each distinct (route, endpoint, key variable) once, agent and judge models alike."""
+    seen: dict[tuple[str, str | None, str | None], tuple[ModelConfig, RunConfig]] = {}
+    for config in configs:
+        for model in (config.model, config.judge_model()):
+            key = (model.resolved_litellm_model(), model.api_base, model.api_key_env)
+            seen.setdefault(key, (model, config))
+    return list(seen.values())
+
+
+def check_models(
+    configs: Iterable[RunConfig],
+    log: Callable[[str], None],
+    include_offline: bool = False,
+) -> None:
+    """Raise `ConfigError` naming every model whose tiny request failed. Offline models are
+    skipped unless asked (they run on loopback, free; `run --check` includes them)."""
+    from piserini_ray.local_run import endpoint_for
+
+    failures = []
+    for model, config in models_of(configs):
+        if model.is_offline and not include_offline:
+            continue
+        probe = model.model_copy(
+            update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout), "max_output_tokens": 16}
+        )
+        try:
+            with endpoint_for(probe, config) as api_base:
+                client = LLMClient(probe, RetryConfig(max_attempts=1), api_base)
+                asyncio.run(client.complete(PROMPT))
+        except RetryError as error:
+            failures.append(
+                f"{model.name} (route {model.resolved_litellm_model()}"
+                f"{', ' + model.api_base if model.api_base else ''}): {error}"
+            )
+            continue
+        log(f"checked {model.name}: it answers through {model.resolved_litellm_model()}")
+    if failures:
+        raise ConfigError(
+            "a model did not answer a one-word check, so nothing was run (fix the key, the "
+            "model name or the endpoint):\n  " + "\n  ".join(failures)
+        )
