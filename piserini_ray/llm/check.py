@@ -40,9 +40,9 @@ def check_models(
     for model, config in models_of(configs):
         if model.is_offline and not include_offline:
             continue
-        probe = model.model_copy(
-            update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout), "max_output_tokens": 16}
-        )
+        # The model's own settings (thinking, output cap, ...): the check is refused exactly
+        # where the run's calls would be. Only the wait is shorter.
+        probe = model.model_copy(update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout)})
         try:
             with endpoint_for(probe, config) as api_base:
                 client = LLMClient(probe, RetryConfig(max_attempts=1), api_base)
