@@ -343,6 +343,8 @@ def _print_summary(summary: RunSummary) -> None:
     if data["calls_without_usage"]:
         cost += f" (a lower bound: {data['calls_without_usage']} calls reported no usage)"
     print(f"cost: {cost}")
+    if data["stopped"]:
+        print(f"stopped: {data['stopped']}")
 
 
 def cmd_ask(args: argparse.Namespace) -> int:

@@ -306,6 +306,10 @@ class PricingConfig(StrictModel):
 
     table: Path | None = None  # default: configs/pricing.yaml of this checkout
     allow_litellm_prices: bool = False
+    #: Spend at most this on the agent's calls (USD; resumed records count): no query starts
+    #: once spent + the projected cost of those in flight would pass it. Not identity: resume
+    #: with a higher cap continues the same run.
+    max_cost_usd: float | None = Field(None, gt=0)
 
 
 #: Config paths that do not change what a run computes, left out of its hash. The index is

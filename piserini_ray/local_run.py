@@ -22,7 +22,6 @@ from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.pipeline import Log, PreparedRun, RunSummary, execute
 from piserini_ray.retrieval import BM25Searcher, open_searcher
-from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
@@ -44,34 +43,42 @@ def model_endpoint(config: RunConfig) -> contextlib.AbstractContextManager[str |
 
 
 async def _run_all(
-    config: RunConfig,
-    queries: list[Query],
-    store: RunStore,
+    run: PreparedRun,
     searcher: BM25Searcher,
     api_base: str | None,
     concurrency: int,
     log: Callable[[str], None],
 ) -> int:
+    config, queries, store = run.config, run.todo, run.store
     limiter = LOCAL_LIMITERS.limiter(config.model, config.offline)
     client = LLMClient(config.model, config.retry, api_base=api_base, limiter=limiter)
     schemas = tool_schemas(config.tools)
     gate = asyncio.Semaphore(concurrency)
     counts: Counter[str] = Counter()
     total = len(queries)
+    running = 0
 
     async def one(query: Query) -> None:
+        nonlocal running
         async with gate:
+            if not run.guard.may_start(running):
+                return
+            running += 1
             session = ToolSession(searcher, config.tools)  # the store writes its spill files
-            record = await run_query(
-                query,
-                session,
-                client,
-                config.agent,
-                schemas,
-                run_id=store.run_id,
-                config_hash=store.config_hash,
-            )
+            try:
+                record = await run_query(
+                    query,
+                    session,
+                    client,
+                    config.agent,
+                    schemas,
+                    run_id=store.run_id,
+                    config_hash=store.config_hash,
+                )
+            finally:
+                running -= 1
             store.append(record)
+            run.guard.finished(record.usage)
             counts[record.status] += 1
             calls = sum(record.tool_call_counts.values())
             log(
@@ -82,7 +89,9 @@ async def _run_all(
             )
 
     await asyncio.gather(*(one(q) for q in queries))
-    return total
+    if run.guard.stop_reason():
+        log(f"stopped: {run.guard.stop_reason()}")
+    return sum(counts.values())
 
 
 class LocalEngine:
@@ -97,11 +106,7 @@ class LocalEngine:
                 continue
             searcher = open_searcher(run.index, run.config.retrieval)
             with model_endpoint(run.config) as api_base:
-                run.ran = asyncio.run(
-                    _run_all(
-                        run.config, run.todo, run.store, searcher, api_base, self.concurrency, log
-                    )
-                )
+                run.ran = asyncio.run(_run_all(run, searcher, api_base, self.concurrency, log))
 
 
 def run_local(

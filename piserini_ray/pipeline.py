@@ -33,7 +33,7 @@ from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
 from piserini_ray.llm.check import check_models
 from piserini_ray.llm.limiter import check_quotas
-from piserini_ray.metrics.cost import PricingTable, pricing_for
+from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.preflight import preflight, preflight_judge
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.report import write_run_reports
@@ -58,6 +58,7 @@ class PreparedRun:
     store: RunStore
     pricing: PricingTable
     todo: list[Query]
+    guard: CostGuard
     ran: int = 0  # records written by this execution
 
     @property
@@ -82,6 +83,8 @@ class RunSummary(BaseModel):
     cost_usd: float | None
     #: Model calls whose reply had no usage block (cost is then a lower bound).
     calls_without_usage: int = 0
+    #: Why the run stopped before its todo list was done (the cost cap), if it did.
+    stopped: str | None = None
 
 
 class Engine(Protocol):
@@ -104,7 +107,7 @@ def execute(
                 run.config,
                 run.run_dir,
                 run.ran,
-            )
+            ).model_copy(update={"stopped": run.guard.stop_reason()})
             for run in prepared
         ]
 
@@ -181,10 +184,21 @@ def prepare(
             f"run {store.run_dir}: {len(queries)} queries, {len(queries) - len(todo)} already "
             f"recorded, {len(todo)} to run with {config.model.name}"
         )
+        guard = _cost_guard(config, table, store)
         prepared.append(
-            PreparedRun(config, store.run_dir, benchmark, queries, index, store, table, todo)
+            PreparedRun(config, store.run_dir, benchmark, queries, index, store, table, todo, guard)
         )
     return prepared
+
+
+def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> CostGuard:
+    """The run's cost cap, counting what its records already spent (a resumed run)."""
+    price = pricing.price(config.model.name)
+    cap = config.pricing.max_cost_usd
+    if cap is None or price is None:
+        return CostGuard(None, price)
+    usages = [r.usage for r in store.iter_records(trajectory=False)]
+    return CostGuard(cap, price, sum(price.cost(u) for u in usages), len(usages))
 
 
 def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:

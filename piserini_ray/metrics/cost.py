@@ -88,3 +88,39 @@ def load_pricing(path: Path | None = None, allow_litellm: bool = False) -> Prici
 
 def pricing_for(config: RunConfig) -> PricingTable:
     return load_pricing(config.pricing.table, config.pricing.allow_litellm_prices)
+
+
+class CostGuard:
+    """`pricing.max_cost_usd`: no new query starts once what the run has spent (its agent's
+    calls, resumed records included) plus the projected cost of the queries in flight and the
+    one about to start would pass the cap. A query's projected cost is the mean of those done
+    (nothing before the first one ends), so a run stops within about one query of the cap."""
+
+    def __init__(self, cap: float | None, price: Price | None, spent: float = 0.0, done: int = 0):
+        self.cap = cap
+        self.price = price
+        self.spent = spent
+        self.done = done
+        self.refused = 0  # queries not started because of the cap
+
+    def may_start(self, in_flight: int) -> bool:
+        if self.cap is None or self.price is None:
+            return True
+        mean = self.spent / self.done if self.done else 0.0
+        if self.spent + mean * (in_flight + 1) <= self.cap:
+            return True
+        self.refused += 1
+        return False
+
+    def finished(self, usage: Usage) -> None:
+        if self.price is not None:
+            self.spent += self.price.cost(usage)
+        self.done += 1
+
+    def stop_reason(self) -> str | None:
+        if not self.refused:
+            return None
+        return (
+            f"cost cap: ${self.spent:.4f} spent of pricing.max_cost_usd ${self.cap:g}; "
+            f"{self.refused} queries not started (resume with a higher cap to run them)"
+        )

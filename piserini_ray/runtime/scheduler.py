@@ -192,6 +192,8 @@ def _execute(
         deferred = []
         while queue:
             plan, query = queue.popleft()
+            if not plan.guard.may_start(sum(1 for p, *_ in in_flight.values() if p is plan)):
+                continue  # the cost cap: this query is not started (resume runs it)
             group = groups[_group_key(plan.config)]
             free = group.available()
             if not free:
@@ -216,6 +218,7 @@ def _execute(
 
     def finish(plan: PreparedRun, record: QueryRecord) -> None:
         plan.store.append(record)
+        plan.guard.finished(record.usage)
         plan.ran += 1
         price = plan.pricing.price(record.model)
         progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
@@ -270,6 +273,9 @@ def _execute(
                     retry_or_fail(plan, query, exc, "replica error")
             submit()
         progress.close()
+        for plan in runs:
+            if plan.guard.stop_reason():
+                log(f"{plan.run_dir} stopped: {plan.guard.stop_reason()}")
     except KeyboardInterrupt:
         progress.close()
         for ref in in_flight:
