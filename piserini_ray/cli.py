@@ -116,6 +116,23 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pricing_check(args: argparse.Namespace) -> int:
+    """The pricing table against litellm's bundled price map: every difference listed; exit 1
+    when there is one (the table wins in a run; this says where litellm disagrees)."""
+    from piserini_ray.metrics.cost import load_pricing, price_differences
+
+    table = load_pricing(args.table)
+    differences = price_differences(table)
+    print(f"pricing table {table.path} against litellm's price map (USD per million tokens):")
+    for d in differences:
+        if d.field == "model":
+            print(f"  {d.model}: not in litellm's map")
+        else:
+            print(f"  {d.model} {d.field}: table {d.ours}, litellm {d.litellm}")
+    print(f"{len(differences)} difference(s)" if differences else "no differences")
+    return 1 if differences else 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of runs against the first, over the queries they share (no model is
     called: each run's own judge's verdicts)."""
@@ -514,6 +531,10 @@ def build_parser() -> argparse.ArgumentParser:
         "beside the run's judge's, and the report shows their agreement and kappa",
     )
     p.set_defaults(func=cmd_judge)
+    p = sub.add_parser("pricing", help="Check the pricing table against litellm's price map.")
+    p.add_argument("action", choices=("check",))
+    p.add_argument("--table", type=Path, help="default: configs/pricing.yaml")
+    p.set_defaults(func=cmd_pricing_check)
     p = sub.add_parser("compare", help="Paired comparison of runs against the first one.")
     p.add_argument("run_dirs", type=Path, nargs="+", help="REFERENCE RUN [RUN ...]")
     p.add_argument("--out", type=Path, help="also write compare.md and compare.json here")

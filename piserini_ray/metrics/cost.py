@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -50,12 +51,23 @@ class PricingTable(BaseModel):
         return "unpriced"
 
 
-def litellm_price(model: str) -> Price | None:
-    """A price from litellm's bundled map (per-token costs, scaled to per million)."""
+def _litellm_entry(model: str) -> dict[str, Any] | None:
+    """litellm's price-map entry of a model: its name, without a route prefix, or with
+    Anthropic's dashes for our dotted version (`claude-haiku-4.5` is `claude-haiku-4-5`)."""
     import litellm
 
-    entry = litellm.model_cost.get(model) or litellm.model_cost.get(model.split("/")[-1])
-    if not entry or entry.get("input_cost_per_token") is None:
+    bare = model.split("/")[-1]
+    for name in (model, bare, bare.replace(".", "-")):
+        entry = litellm.model_cost.get(name)
+        if entry and entry.get("input_cost_per_token") is not None:
+            return dict(entry)
+    return None
+
+
+def litellm_price(model: str) -> Price | None:
+    """A price from litellm's bundled map (per-token costs, scaled to per million)."""
+    entry = _litellm_entry(model)
+    if entry is None:
         return None
     per_million = 1_000_000
     cache_read = entry.get("cache_read_input_token_cost", entry["input_cost_per_token"])
@@ -66,6 +78,33 @@ def litellm_price(model: str) -> Price | None:
         cache_read=(cache_read or 0) * per_million,
         cache_write=None if cache_write is None else cache_write * per_million,
     )
+
+
+class PriceDifference(BaseModel):
+    model: str
+    field: str  # input | output | cache_read | cache_write, or "model" when litellm lacks it
+    ours: float | None
+    litellm: float | None
+
+
+def price_differences(table: PricingTable) -> list[PriceDifference]:
+    """Where the table and litellm's bundled price map disagree (USD per million tokens), for
+    every model of the table but the offline ones: `piserini-ray pricing check`."""
+    found = []
+    for model, ours in sorted(table.models.items()):
+        if model.startswith("offline/"):
+            continue
+        theirs = litellm_price(model)
+        if theirs is None:
+            found.append(PriceDifference(model=model, field="model", ours=None, litellm=None))
+            continue
+        for field in ("input", "output", "cache_read", "cache_write"):
+            a, b = getattr(ours, field), getattr(theirs, field)
+            if field == "cache_write" and not a and not b:
+                continue  # no write price on either side: a provider that bills no writes
+            if a is None or b is None or abs(a - b) > 1e-9:
+                found.append(PriceDifference(model=model, field=field, ours=a, litellm=b))
+    return found
 
 
 def default_pricing_path() -> Path:
