@@ -430,18 +430,24 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
 def load_config(path: Path | None = None, overrides: dict | None = None) -> RunConfig:
     """Read a YAML config (or the defaults), apply dotted overrides, and validate.
 
-    Relative paths inside the file are taken relative to the file's folder.
+    Relative paths inside the file are taken relative to the file's folder. `model` (and
+    `judge.model`) may name a YAML file holding the model block (`configs/models/`), relative
+    to the config file's folder too.
     """
     data: dict = {}
+    base = Path(path).resolve().parent if path is not None else Path.cwd()
     if path is not None:
         data = read_yaml(path, "config file")
-        _resolve_relative_paths(data, Path(path).resolve().parent)
+        _resolve_relative_paths(data, base)
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
+    for node, key in ((data, "model"), (data.get("judge") or {}, "model")):
+        if isinstance(node.get(key), str):
+            node[key] = read_yaml((base / node[key]).expanduser(), "model file")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:

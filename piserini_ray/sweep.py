@@ -72,22 +72,21 @@ def load_sweep(path: Path) -> SweepConfig:
 
 
 def reference_run(path: Path, runs: list[tuple[RunConfig, Path]]) -> Path | None:
-    """The run directory of the sweep's `reference` (None when it names none)."""
-    reference = load_sweep(path).reference
-    if not reference:
+    """The run directory of the sweep's `reference` (None when it names none): the run whose
+    own swept values include every value the reference gives."""
+    sweep = load_sweep(path)
+    if not sweep.reference:
         return None
-
-    def value(config: RunConfig, dotted: str) -> Any:
-        node: Any = config.model_dump(mode="json")
-        for key in dotted.split("."):
-            node = node[key]
-        return node
-
-    matching = [d for c, d in runs if all(value(c, f) == v for f, v in reference.items())]
+    reference = sweep.reference
+    matching = [
+        run_dir
+        for values, (_, run_dir) in zip(sweep.runs(), runs, strict=True)
+        if all(field in values and values[field] == v for field, v in reference.items())
+    ]
     if len(matching) != 1:
         raise ConfigError(
             f"sweep file {path}: reference {reference} matches {len(matching)} runs, not one; "
-            "give a value for every grid field"
+            "give a value for every swept field"
         )
     return matching[0]
 

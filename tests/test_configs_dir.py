@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from piserini_ray.config import RunConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -17,3 +19,32 @@ def test_browsecomp_plus_example_is_valid() -> None:
     data = Path.home() / "piserini_ray_data" / "browsecomp-plus"
     assert cfg.benchmark.queries == data / "queries.parquet"  # a node path, not in the checkout
     assert cfg.slice.ids is not None and len(cfg.slice.ids) == 9
+
+
+def test_the_paper_models_have_their_routes_keys_and_prices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piserini_ray.metrics.cost import load_pricing
+    from piserini_ray.preflight import preflight
+    from piserini_ray.sweep import expand_sweep, reference_run
+
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+        monkeypatch.setenv(key, "set-for-the-test")
+    files = sorted((CONFIGS / "models").glob("*.yaml"))
+    sweep = CONFIGS / "sweep_paper_models.yaml"
+    runs = expand_sweep(sweep, tmp_path)
+    assert sorted(c.model.name for c, _ in runs) == sorted(f.stem for f in files)
+    table = load_pricing()
+    for config, _ in runs:
+        model = config.model
+        route = model.resolved_litellm_model().split("/")[0]
+        assert route in {"openai", "anthropic", "deepseek"} and model.api_key_env
+        assert model.reasoning_effort is not None and table.price(model.name) is not None
+        if route == "anthropic":  # above litellm's thinking budget, or Anthropic refuses
+            assert (model.max_output_tokens or 0) > 4096
+        config_with_data = config.model_copy(update={"benchmark": RunConfig().benchmark})
+        preflight(config_with_data)  # priced, keys named and set
+    reference = reference_run(sweep, runs)
+    assert reference is not None and "gpt-5.yaml" in reference.name
+    one = load_config(None, {"model": str(CONFIGS / "models" / "claude-haiku-4.5.yaml")})
+    assert one.model.litellm_model == "anthropic/claude-haiku-4-5"
