@@ -314,14 +314,49 @@ def _comparisons(reference: Path, others: Sequence[Path], seed: int = 0) -> list
     return [compare_runs(base, run_facts(d, _log), seed) for d in others]
 
 
-def _execute(config: RunConfig, run_dir: Path | None, engine: str, concurrency: int) -> RunSummary:
+def _execute(
+    config: RunConfig,
+    run_dir: Path | None,
+    engine: str,
+    concurrency: int,
+    only: set[str] | None = None,
+) -> RunSummary:
     if engine == "local":
         from piserini_ray.local_run import run_local
 
-        return run_local(config, run_dir, concurrency, log=_log)
+        return run_local(config, run_dir, concurrency, log=_log, only=only)
     from piserini_ray.runtime import run_on_ray
 
-    return run_on_ray([(config, run_dir)], _log)[0]
+    return run_on_ray([(config, run_dir)], _log, only)[0]
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Run a seeded pilot of the slice in the run's own directory (paid once: the full run
+    resumes after it) and project the whole slice's cost, tokens and makespan."""
+    from piserini_ray.estimate import describe, pilot_ids, project
+    from piserini_ray.metrics.cost import pricing_for
+    from piserini_ray.store import RunStore
+
+    args.config = args.config_file or args.config
+    config = _config(args)
+    benchmark = load_benchmark(config.benchmark)
+    ids = [q.query_id for q in benchmark.select(**config.slice.model_dump())]
+    pilot = set(pilot_ids(ids, args.pilot, config.slice.seed))
+    summary = _execute(config, args.run_dir, args.engine, args.concurrency, only=pilot)
+    with RunStore(Path(summary.run_dir), config) as store:
+        records = [r for r in store.iter_records(trajectory=False) if r.query_id in pilot]
+    runtime = config.runtime
+    at_once = runtime.replicas * runtime.max_concurrency
+    if args.engine == "local":
+        at_once = args.concurrency
+    price = pricing_for(config).price(config.model.name)
+    estimate = project(records, len(ids), config, price, at_once)
+    print(describe(estimate))
+    path = Path(summary.run_dir) / "estimate.json"
+    path.write_text(estimate.model_dump_json(indent=2))
+    rest = len(ids) - len(pilot)
+    print(f"wrote {path}; `piserini-ray run` with the same config runs the other {rest}")
+    return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -511,6 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _engine_arguments(p)
     p.set_defaults(func=cmd_run)
+    p = add("estimate", "Project a run's cost and makespan from a seeded pilot of its slice.")
+    p.add_argument("config_file", nargs="?", type=Path, help="run config (default: the sample)")
+    p.add_argument("--pilot", type=int, default=10, help="pilot queries (default 10)")
+    p.add_argument("--run-dir", type=Path, help="default: the run's own directory")
+    _engine_arguments(p)
+    p.set_defaults(func=cmd_estimate)
     p = sub.add_parser("resume", help="Continue a run from its manifest.")
     p.add_argument("run_dir", type=Path)
     _engine_arguments(p)

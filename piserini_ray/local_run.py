@@ -114,6 +114,8 @@ def run_local(
     run_dir: Path | None = None,
     concurrency: int = 4,
     log: Log = lambda m: print(m, file=sys.stderr, flush=True),
+    only: set[str] | None = None,
 ) -> RunSummary:
-    """Run (or resume) the configured slice in this process; its summary."""
-    return execute([(config, run_dir)], LocalEngine(concurrency), log)[0]
+    """Run (or resume) the configured slice in this process (`only`: just those queries of
+    it); its summary."""
+    return execute([(config, run_dir)], LocalEngine(concurrency), log, only)[0]

@@ -95,11 +95,15 @@ class Engine(Protocol):
 
 
 def execute(
-    runs: list[tuple[RunConfig, Path | None]], engine: Engine, log: Log
+    runs: list[tuple[RunConfig, Path | None]],
+    engine: Engine,
+    log: Log,
+    only: set[str] | None = None,
 ) -> list[RunSummary]:
-    """prepare -> engine -> a summary per run (the judging and reports are `finish`)."""
+    """prepare -> engine -> a summary per run (the judging and reports are `finish`).
+    `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do."""
     with contextlib.ExitStack() as stack:
-        prepared = prepare(runs, log, stack)
+        prepared = prepare(runs, log, stack, only=only)
         engine.run(prepared, log)
         return [
             summarize(
@@ -157,6 +161,7 @@ def prepare(
     log: Log,
     stack: contextlib.ExitStack,
     pricing: PricingTable | None = None,
+    only: set[str] | None = None,
 ) -> list[PreparedRun]:
     """Check and open every run; the stores close with `stack`."""
     check_quotas(config for config, _ in runs)
@@ -179,10 +184,15 @@ def prepare(
         run_dir = run_dir or default_run_dir(config)
         store = stack.enter_context(RunStore(run_dir, config, log=log))
         done = store.done()
-        todo = [q for q in queries if q.query_id not in done]
+        todo = [
+            q for q in queries if q.query_id not in done and (only is None or q.query_id in only)
+        ]
+        recorded = sum(1 for q in queries if q.query_id in done)
+        later = len(queries) - recorded - len(todo)
         log(
-            f"run {store.run_dir}: {len(queries)} queries, {len(queries) - len(todo)} already "
-            f"recorded, {len(todo)} to run with {config.model.name}"
+            f"run {store.run_dir}: {len(queries)} queries, {recorded} already recorded, "
+            f"{len(todo)} to run with {config.model.name}"
+            + (f" (a pilot: {later} left for the full run)" if later else "")
         )
         guard = _cost_guard(config, table, store)
         prepared.append(

@@ -39,7 +39,10 @@ class RayEngine:
 
 
 def run_on_ray(
-    configs: list[tuple[RunConfig, Path | None]], log: Callable[[str], None]
+    configs: list[tuple[RunConfig, Path | None]],
+    log: Callable[[str], None],
+    only: set[str] | None = None,
 ) -> list[RunSummary]:
-    """Run (or resume) one or more runs concurrently on one Ray cluster; one summary each."""
-    return execute(configs, RayEngine(), log)
+    """Run (or resume) one or more runs concurrently on one Ray cluster (`only`: just those
+    queries of their slices); one summary each."""
+    return execute(configs, RayEngine(), log, only)
