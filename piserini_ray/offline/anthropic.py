@@ -307,11 +307,3 @@ def reply_content(reply: PolicyReply, thinking: str | None, signer: Signer) -> l
         blocks.append({"type": "tool_use", "id": f"toolu_{next(_IDS):06d}", "name": call.name,
                        "input": arguments})  # fmt: skip
     return blocks
-
-
-def thinking_text(reply: PolicyReply) -> str:
-    """What the emulated model "thought": a line naming its next step (deterministic)."""
-    if reply.tool_calls:
-        steps = ", ".join(f"{c.name} {c.arguments}" for c in reply.tool_calls)
-        return f"The evidence so far is not enough; next: {steps}."
-    return "I have enough to answer; writing the final answer."

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from piserini_ray.offline.policy import PolicyReply
-
 MISSING_REASONING = "The reasoning_content in the thinking mode must be passed back to the API."
 
 
@@ -40,14 +38,6 @@ def problem(body: dict[str, Any]) -> str | None:
         ):
             return MISSING_REASONING
     return None
-
-
-def reasoning_text(reply: PolicyReply) -> str:
-    """The emulated chain of thought: a line naming the next step (deterministic)."""
-    if reply.tool_calls:
-        steps = ", ".join(f"{c.name} {c.arguments}" for c in reply.tool_calls)
-        return f"Not enough evidence yet; next: {steps}."
-    return "Enough evidence; answering now."
 
 
 def usage(prompt: int, completion: int, cached: int, reasoning: int) -> dict[str, Any]:

@@ -30,3 +30,12 @@ class PolicyReply(BaseModel):
 
 #: A policy takes the request body (`model`, `messages`, `tools`, ...) and returns its reply.
 Policy = Callable[[dict[str, Any]], PolicyReply]
+
+
+def reasoning_text(reply: PolicyReply) -> str:
+    """What an offline model "thought" before its reply (a thinking block, a DeepSeek
+    `reasoning_content`): a line naming its next step, deterministic."""
+    if reply.tool_calls:
+        steps = ", ".join(f"{c.name} {c.arguments}" for c in reply.tool_calls)
+        return f"The evidence so far is not enough; next: {steps}."
+    return "I have enough to answer; writing the final answer."

@@ -47,7 +47,7 @@ from aiohttp import web
 
 from piserini_ray.offline import anthropic, deepseek
 from piserini_ray.offline.config import REPLY_FAULTS, OfflineConfig, Scripted
-from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall
+from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall, reasoning_text
 from piserini_ray.offline.tokens import (
     count_completion_tokens,
     count_message_tokens,
@@ -341,7 +341,7 @@ class _App:
             message["tool_calls"] = tool_calls
         reasoning = 0
         if deepseek_dialect and deepseek.thinking_enabled(body):
-            message["reasoning_content"] = deepseek.reasoning_text(reply)
+            message["reasoning_content"] = reasoning_text(reply)
             reasoning = count_text_tokens(message["reasoning_content"])
         completion_tokens = count_completion_tokens(content, tool_calls) + reasoning
         record.conversation, cached_tokens = self._prefix_cache(model, messages, tools)
@@ -421,7 +421,7 @@ class _App:
         record.delayed += latency
         await asyncio.sleep(latency)
         reply = policy(anthropic.policy_request(body))
-        thought = anthropic.thinking_text(reply) if thinking else None
+        thought = reasoning_text(reply) if thinking else None
         content = anthropic.reply_content(reply, thought, self.signer)
         with self.lock:
             cache = self.prompt_caches.setdefault(

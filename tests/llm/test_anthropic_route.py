@@ -92,25 +92,9 @@ def test_a_thinking_tool_loop_with_caching_is_billed_as_the_emulator_billed(
         assert u.input_tokens - u.cached_tokens - u.cache_write_tokens >= 0
 
 
-def _first_turn(provider: OfflineProvider) -> tuple[list[dict[str, Any]], Any]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "Answer with the tools."},
-        {"role": "user", "content": "Question: who edited the journal?"},
-    ]
+def _call(provider: OfflineProvider, messages: list[dict[str, Any]]) -> Any:
+    """One thinking call on the route, litellm's retries off; the reply's message."""
     reply = litellm.completion(
-        model=ROUTE,
-        api_base=f"http://127.0.0.1:{provider.port}",
-        api_key="k",
-        messages=messages,
-        tools=tool_schemas(),
-        reasoning_effort="low",
-        max_tokens=4096,
-    )
-    return messages, reply.choices[0].message
-
-
-def _second_turn(provider: OfflineProvider, messages: list[dict[str, Any]]) -> None:
-    litellm.completion(
         model=ROUTE,
         api_base=f"http://127.0.0.1:{provider.port}",
         api_key="k",
@@ -120,6 +104,15 @@ def _second_turn(provider: OfflineProvider, messages: list[dict[str, Any]]) -> N
         max_tokens=4096,
         num_retries=0,
     )
+    return reply.choices[0].message
+
+
+def _first_turn(provider: OfflineProvider) -> tuple[list[dict[str, Any]], Any]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer with the tools."},
+        {"role": "user", "content": "Question: who edited the journal?"},
+    ]
+    return messages, _call(provider, messages)
 
 
 def test_the_emulator_refuses_a_history_without_its_thinking_blocks() -> None:
@@ -133,13 +126,13 @@ def test_the_emulator_refuses_a_history_without_its_thinking_blocks() -> None:
         result = {"role": "tool", "tool_call_id": call.id, "content": "no results"}
         dropped = [*messages, {"role": "assistant", "content": None, "tool_calls": calls}, result]
         with pytest.raises(litellm.BadRequestError, match="must start with a thinking block"):
-            _second_turn(provider, dropped)
+            _call(provider, dropped)
         forged = [dict(b) | {"thinking": "something else"} for b in message.thinking_blocks]
         assistant = {"role": "assistant", "content": None, "tool_calls": calls}
         with pytest.raises(litellm.BadRequestError, match="Invalid `signature`"):
-            _second_turn(provider, [*messages, assistant | {"thinking_blocks": forged}, result])
+            _call(provider, [*messages, assistant | {"thinking_blocks": forged}, result])
         kept = assistant | {"thinking_blocks": message.thinking_blocks}
-        _second_turn(provider, [*messages, kept, result])  # accepted
+        _call(provider, [*messages, kept, result])  # accepted
 
 
 def _tool_use_without_result(body: dict[str, Any]) -> None:
