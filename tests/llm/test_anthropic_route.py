@@ -4,25 +4,22 @@ caching billed as Anthropic bills it, and an emulator that refuses what the real
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import Any
 
 import httpx
 import litellm
 import pytest
+from route_run import run_sample_query
 
-from piserini_ray.agent.loop import run_query
-from piserini_ray.config import AgentConfig, ModelConfig, RetryConfig
+from piserini_ray.config import ModelConfig
 from piserini_ray.data import Benchmark
-from piserini_ray.llm.client import LLMClient
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.offline.anthropic import MIN_CACHEABLE_TOKENS
-from piserini_ray.tools import ToolSession, tool_schemas
+from piserini_ray.tools import tool_schemas
 
 ROUTE = "anthropic/claude-haiku-4-5"
-QUESTION_ID = "2hop__150763_14904"
 ALIASES = {"claude-haiku-4-5": "offline/long-horizon"}  # at least 6 turns, tool calls in each
 
 
@@ -41,18 +38,7 @@ def test_a_thinking_tool_loop_with_caching_is_billed_as_the_emulator_billed(
     searcher, sample: Benchmark
 ) -> None:
     with OfflineProvider(OfflineConfig(model_aliases=ALIASES)) as provider:
-        client = LLMClient(_model(provider), RetryConfig(max_attempts=1), seed=1)
-        record = asyncio.run(
-            run_query(
-                sample.query(QUESTION_ID),
-                ToolSession(searcher),
-                client,
-                AgentConfig(),
-                tool_schemas(),
-                run_id="r",
-                config_hash="h",
-            )
-        )
+        record = run_sample_query(searcher, sample, _model(provider))
         bills = [r.usage for r in provider.requests if r.usage is not None]
         statuses = {r.status for r in provider.requests}
     assert record.status == "completed", record.error

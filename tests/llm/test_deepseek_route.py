@@ -4,19 +4,16 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import litellm
 import pytest
+from route_run import run_sample_query
 
-from piserini_ray.agent.loop import run_query
-from piserini_ray.config import AgentConfig, ModelConfig, RetryConfig
+from piserini_ray.config import ModelConfig
 from piserini_ray.data import Benchmark
-from piserini_ray.llm.client import LLMClient
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.offline.deepseek import MISSING_REASONING
-from piserini_ray.tools import ToolSession, tool_schemas
+from piserini_ray.tools import tool_schemas
 
 ROUTE = "deepseek/deepseek-v4-flash"
 ALIASES = {"deepseek-v4-flash": "offline/long-horizon"}
@@ -34,17 +31,7 @@ def test_a_thinking_tool_loop_keeps_its_reasoning_and_is_billed_as_served(
             name="deepseek-v4-flash", litellm_model=ROUTE, api_base=_base(provider),
             reasoning_effort="low",
         )  # fmt: skip
-        record = asyncio.run(
-            run_query(
-                sample.query("2hop__150763_14904"),
-                ToolSession(searcher),
-                LLMClient(model, RetryConfig(max_attempts=1), seed=1),
-                AgentConfig(),
-                tool_schemas(),
-                run_id="r",
-                config_hash="h",
-            )
-        )
+        record = run_sample_query(searcher, sample, model)
         bills = [r.usage for r in provider.requests if r.usage is not None]
         statuses = {r.status for r in provider.requests}
         last = provider.requests[-1].messages or []
