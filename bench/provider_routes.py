@@ -1,6 +1,6 @@
 """Each provider's native route end to end on Ray, against the offline provider's emulators:
 the sample through litellm's `anthropic/`, `deepseek/` and `openai/` routes (thinking or
-reasoning on), and per route the cached-token ratio and cost as the run recorded them against
+reasoning on; OpenAI's Chat Completions for gpt-5, its Responses API for gpt-5.4-mini), and per route the cached-token ratio and cost as the run recorded them against
 the emulator's own bill (its usage log priced with the same table).
 
     python bench/provider_routes.py [--queries 20]
@@ -29,10 +29,10 @@ from piserini_ray.store import RunStore
 ROUTES = {  # price-table name: (litellm route, api_base suffix, extra model settings)
     "claude-haiku-4.5": ("anthropic/claude-haiku-4-5", "", {"max_output_tokens": 4096}),
     "deepseek-v4-flash": ("deepseek/deepseek-v4-flash", "/deepseek", {}),
-    # gpt-5, not gpt-5.4+: litellm 1.106.2 sends gpt-5.4+ calls with function tools and a
-    # reasoning effort to OpenAI's Responses API (`/v1/responses`, its chat-to-responses
-    # bridge), which the offline provider does not serve yet.
+    # Chat Completions for gpt-5; litellm 1.106.2 sends gpt-5.4+ with function tools and a
+    # reasoning effort to OpenAI's Responses API (`/v1/responses`, its chat-to-responses bridge).
     "gpt-5": ("openai/gpt-5", "/v1", {}),
+    "gpt-5.4-mini": ("openai/gpt-5.4-mini", "/v1", {}),
 }
 
 

@@ -256,6 +256,11 @@ def _completion(
         history_message["thinking_blocks"] = thinking
     if reasoning:
         history_message["reasoning_content"] = reasoning
+    # OpenAI's Responses API (litellm's bridge for gpt-5.4+ with tools and a reasoning effort):
+    # its reasoning items, which litellm sends back before the turn's function calls.
+    items = getattr(message, "reasoning_items", None)
+    if items and provider == "openai":
+        history_message["reasoning_items"] = [dict(i) for i in items]
     return Completion(
         message=history_message,
         content=message.content,

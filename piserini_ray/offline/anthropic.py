@@ -304,6 +304,12 @@ def reply_content(reply: PolicyReply, thinking: str | None, signer: Signer) -> l
             arguments = orjson.loads(call.arguments)
         except orjson.JSONDecodeError:
             arguments = {}  # the real API always sends a JSON object as `input`
-        blocks.append({"type": "tool_use", "id": f"toolu_{next(_IDS):06d}", "name": call.name,
-                       "input": arguments})  # fmt: skip
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{next(_IDS):06d}",
+                "name": call.name,
+                "input": arguments,
+            }
+        )
     return blocks

@@ -45,7 +45,7 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
-from piserini_ray.offline import anthropic, deepseek
+from piserini_ray.offline import anthropic, deepseek, responses
 from piserini_ray.offline.config import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall, reasoning_text
 from piserini_ray.offline.tokens import (
@@ -185,6 +185,7 @@ class _App:
             self.heads: set[str] = set()
             self.windows: dict[str, _Window] = {}
             self.prompt_caches: dict[str, anthropic.PromptCache] = {}
+            self.prefix_caches: dict[str, responses.PrefixCache] = {}
             # Separate streams, so enabling latency does not shift the fault pattern.
             self.fault_rng = random.Random(f"{self.config.seed}:faults")
             self.latency_rng = random.Random(f"{self.config.seed}:latency")
@@ -396,8 +397,9 @@ class _App:
         key = request.headers.get("x-api-key")
         record.key_hash = key_hash(key) if key else None
         if self.config.require_key and not key:
-            return refuse(anthropic.RequestError("x-api-key header is required", 401,
-                                                 "authentication_error"))  # fmt: skip
+            return refuse(
+                anthropic.RequestError("x-api-key header is required", 401, "authentication_error")
+            )
         if "anthropic-version" not in request.headers:
             return refuse(anthropic.RequestError("anthropic-version: header is required"))
         try:
@@ -448,6 +450,81 @@ class _App:
                 "cache_creation_input_tokens": written,
                 "cache_read_input_tokens": read,
                 "output_tokens": output,
+            },
+        }
+        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
+
+    async def responses(self, request: web.Request) -> web.Response:
+        """OpenAI's Responses API (`offline/responses.py` holds its rules and shapes)."""
+        record = RecordedRequest(seq=next(self._seq))
+        try:
+            response = await self._responses(request, record)
+            record.status = response.status
+            return response
+        finally:
+            with self.lock:
+                self.records.append(record)
+
+    async def _responses(self, request: web.Request, record: RecordedRequest) -> web.Response:
+        def refuse(error: anthropic.RequestError) -> web.Response:
+            return web.json_response(responses.error_body(error), status=error.status)
+
+        key = _bearer_key(request)
+        record.key_hash = key_hash(key) if key else None
+        if self.config.require_key and not key:
+            return _missing_key()
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as error:
+            return refuse(anthropic.RequestError(f"request body is not valid JSON: {error}"))
+        if not isinstance(body, dict):
+            return refuse(anthropic.RequestError("request body must be a JSON object"))
+        record.model = str(body.get("model"))
+        record.messages = body.get("input") if isinstance(body.get("input"), list) else None
+        try:
+            responses.validate(body, self.signer)
+            if body.get("stream"):
+                raise anthropic.RequestError("stream: the offline provider answers stream: false")
+        except anthropic.RequestError as error:
+            return refuse(error)
+        policy = self.policies.get(self.config.model_aliases.get(record.model, record.model))
+        if policy is None:
+            return _error(
+                404,
+                f"The model `{record.model}` does not exist",
+                "invalid_request_error",
+                code="model_not_found",
+            )
+        latency = self._latency()
+        record.delayed += latency
+        await asyncio.sleep(latency)
+        reply = policy(responses.policy_request(body))
+        reasoning = reasoning_text(reply)
+        output = responses.output_items(reply, reasoning, self.signer)
+        with self.lock:
+            cache = self.prefix_caches.setdefault(
+                f"{record.model}:{record.key_hash}", responses.PrefixCache()
+            )
+            prompt, cached = cache.usage(record.model, body)
+        thought = count_text_tokens(reasoning)
+        completion = thought + count_completion_tokens(
+            reply.content,
+            [{"function": {"name": c.name, "arguments": c.arguments}} for c in reply.tool_calls],
+        )
+        record.usage = Usage(prompt, completion, cached)
+        reply_body = {
+            "id": f"resp_{next(self._completion_ids):06d}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": record.model,
+            "output": output,
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": thought},
+                "total_tokens": prompt + completion,
             },
         }
         return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
@@ -801,6 +878,7 @@ class OfflineProvider:
         app.router.add_post("/v1/chat/completions", self._app.chat)
         app.router.add_post("/v1/messages", self._app.messages)  # Anthropic's native route
         app.router.add_post("/deepseek/chat/completions", self._app.deepseek_chat)
+        app.router.add_post("/v1/responses", self._app.responses)  # OpenAI's Responses API
         runner = web.AppRunner(
             app,
             handle_signals=False,

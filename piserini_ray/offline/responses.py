@@ -1,0 +1,186 @@
+"""OpenAI's Responses API (`POST /v1/responses`) on the offline provider: what litellm's
+chat-to-responses bridge speaks for gpt-5.4 and later with function tools and a reasoning
+effort (`litellm/main.py::responses_api_bridge_check`).
+
+The rules, from OpenAI's published API documents:
+- Responses API reference (https://platform.openai.com/docs/api-reference/responses/create):
+  `model` and `input` are required; the system prompt may come as `instructions`; function tools
+  are flat (`{type: function, name, parameters}`); a `function_call_output` answers a
+  `function_call` of the same `call_id` earlier in `input` ("No tool call found for function call
+  output with call_id ...").
+- Reasoning (https://platform.openai.com/docs/guides/reasoning): replies start with a
+  `reasoning` item; sent back with its `encrypted_content`, it must be the one the API issued.
+  Usage carries `output_tokens_details.reasoning_tokens`.
+- Prompt caching (https://platform.openai.com/docs/guides/prompt-caching): automatic for prompts
+  of 1,024 tokens or more; the cached prefix is counted in steps of 128 tokens from 1,024
+  (`input_tokens_details.cached_tokens`).
+
+Replies come from the same policies as the other routes (the request shown to the policy in the
+chat-completions shape). Ids follow OpenAI's forms (`rs_` and `fc_` with hex, `call_` with
+letters): litellm treats `rs_<uuid>` as its own and drops it on replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+import orjson
+
+from piserini_ray.offline.anthropic import RequestError, Signer
+from piserini_ray.offline.policy import PolicyReply
+from piserini_ray.offline.tokens import count_text_tokens
+
+MIN_CACHED_TOKENS = 1024
+CACHE_STEP = 128
+
+
+def error_body(error: RequestError) -> dict[str, Any]:
+    return {"error": {"message": str(error), "type": error.kind, "param": None, "code": None}}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict)
+    )  # input_text / output_text parts
+
+
+def validate(body: dict[str, Any], signer: Signer) -> None:
+    """Raise `RequestError` for what the real API rejects."""
+    for field in ("model", "input"):
+        if field not in body:
+            raise RequestError(f"Missing required parameter: '{field}'.")
+    items = body["input"]
+    if isinstance(items, str):
+        return
+    if not isinstance(items, list):
+        raise RequestError("Invalid type for 'input': expected a string or an array of items.")
+    calls: set[str] = set()
+    for i, item in enumerate(items):
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "function_call":
+            calls.add(str(item.get("call_id")))
+        elif kind == "function_call_output":
+            if str(item.get("call_id")) not in calls:
+                raise RequestError(
+                    f"No tool call found for function call output with call_id "
+                    f"{item.get('call_id')}."
+                )
+        elif kind == "reasoning":
+            summary = _text(item.get("summary"))
+            if not signer.valid(summary, item.get("encrypted_content")):
+                raise RequestError(
+                    f"input[{i}]: the encrypted content for item {item.get('id')} could not be "
+                    "verified."
+                )
+        elif kind != "message":
+            raise RequestError(f"input[{i}]: unsupported item type {kind!r}.")
+
+
+def policy_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The request in the chat-completions shape the policies read."""
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": str(body["instructions"])})
+    items = body["input"]
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = "system" if item.get("role") == "developer" else item.get("role")
+            messages.append({"role": role, "content": _text(item.get("content"))})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and not last.get("content"):
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": _text(output)}
+            )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": t.get("name"),
+                "description": t.get("description", ""),
+                "parameters": t.get("parameters", {}),
+            },
+        }
+        for t in body.get("tools") or []
+        if t.get("type") == "function"
+    ]
+    return {"model": body["model"], "messages": messages, "tools": tools or None}
+
+
+class PrefixCache:
+    """Prompt prefixes seen, per model and key: the cached part of a new prompt is its longest
+    seen prefix, counted in OpenAI's steps (0 under 1,024 tokens, then multiples of 128)."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[bytes, int] = {}
+
+    def usage(self, scope: str, body: dict[str, Any]) -> tuple[int, int]:
+        """(prompt tokens, cached tokens), remembering this prompt's prefixes."""
+        parts: list[Any] = [body.get("instructions"), body.get("tools") or []]
+        items = body["input"]
+        parts += [items] if isinstance(items, str) else list(items)
+        digest = hashlib.sha256(scope.encode()).digest()
+        total = seen = 0
+        for part in parts:
+            text = orjson.dumps(part, option=orjson.OPT_SORT_KEYS)
+            total += count_text_tokens(text.decode()) if part else 0
+            digest = hashlib.sha256(digest + text).digest()
+            if digest in self._prefixes:
+                seen = total
+            self._prefixes[digest] = total
+        if seen < MIN_CACHED_TOKENS:
+            return total, 0
+        return total, MIN_CACHED_TOKENS + (seen - MIN_CACHED_TOKENS) // CACHE_STEP * CACHE_STEP
+
+
+def output_items(reply: PolicyReply, reasoning: str, signer: Signer) -> list[dict[str, Any]]:
+    """The reply as output items: a signed reasoning item first, then the calls or the text."""
+    items: list[dict[str, Any]] = [
+        {
+            "type": "reasoning",
+            "id": f"rs_{secrets.token_hex(12)}",
+            "summary": [{"type": "summary_text", "text": reasoning}],
+            "encrypted_content": signer.sign(reasoning),
+        }
+    ]
+    for call in reply.tool_calls:
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{secrets.token_hex(12)}",
+                "call_id": f"call_x{secrets.token_hex(8)}",
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "completed",
+            }
+        )
+    if not reply.tool_calls:
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{secrets.token_hex(12)}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {"type": "output_text", "text": reply.content or "", "annotations": []}
+                ],
+            }
+        )
+    return items
