@@ -1,7 +1,8 @@
 """Each provider's native route end to end on Ray, against the offline provider's emulators:
 the sample through litellm's `anthropic/`, `deepseek/` and `openai/` routes (thinking or
-reasoning on; OpenAI's Chat Completions for gpt-5, its Responses API for gpt-5.4-mini), and per route the cached-token ratio and cost as the run recorded them against
-the emulator's own bill (its usage log priced with the same table).
+reasoning on; OpenAI's Chat Completions for gpt-5, its Responses API for gpt-5.4-mini), and
+per route the cached-token ratio and cost as the run recorded them against the emulator's own
+bill (its usage log priced with the same table).
 
     python bench/provider_routes.py [--queries 20]
 
