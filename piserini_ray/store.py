@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+from pydantic import ValidationError
 
 from piserini_ray.config import RunConfig
 from piserini_ray.errors import ConfigError, PiseriniRayError
@@ -213,8 +214,12 @@ class RunStore:
         if path.exists():
             manifest = RunManifest.model_validate_json(path.read_bytes())
             # The run's own config (resume, judge, report, export) is the run: its recorded hash
-            # stands even where its data files are absent (the hash reads them by content).
-            same = manifest.config == config.model_dump(mode="json")
+            # stands even where its data files are absent (the hash reads them by content) and
+            # when it was recorded by an older version (new settings take their defaults).
+            try:
+                same = RunConfig.model_validate(manifest.config) == config
+            except ValidationError:
+                same = False
             self.config_hash = manifest.config_hash if same else config.config_hash()
             if manifest.config_hash != self.config_hash and self._holds_nothing():
                 self._log(

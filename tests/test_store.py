@@ -278,3 +278,18 @@ def test_a_run_opened_from_a_moved_checkout_resumes_and_its_own_config_needs_no_
     assert own.config_hash() != recorded.config_hash  # without its files it hashes otherwise
     with RunStore(tmp_path / "run", own) as store:
         assert store.done() == {"1"} and store.config_hash == recorded.config_hash
+
+
+def test_a_run_recorded_by_an_older_version_opens_with_its_own_config(tmp_path: Path) -> None:
+    """A manifest written before a setting existed (and under an older identity rule) still
+    opens with the run's own config: resume, judge and report keep working."""
+    config = RunConfig()
+    with RunStore(tmp_path / "run", config) as store:
+        store.append(_record(store, "q1"))
+    path = tmp_path / "run" / "manifest.json"
+    manifest = orjson.loads(path.read_bytes())
+    manifest["config_hash"] = "0123456789abcdef"  # as an older identity rule hashed it
+    del manifest["config"]["pricing"]["max_cost_usd"]  # a setting that did not exist yet
+    path.write_bytes(orjson.dumps(manifest))
+    with RunStore(tmp_path / "run", RunConfig.model_validate(manifest["config"])) as store:
+        assert store.config_hash == "0123456789abcdef" and store.done() == {"q1"}

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from piserini_ray.offline.policy import PolicyReply
+from piserini_ray.offline.policy import PolicyReply, function_tool
 from piserini_ray.offline.tokens import count_text_tokens
 
 MAX_CACHE_BREAKPOINTS = 4
@@ -273,17 +273,7 @@ def policy_request(body: dict[str, Any]) -> dict[str, Any]:
             {"role": "assistant", "content": text or None}
             | ({"tool_calls": calls} if calls else {})
         )
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": t.get("name"),
-                "description": t.get("description", ""),
-                "parameters": t.get("input_schema", {}),
-            },
-        }
-        for t in body.get("tools") or []
-    ]
+    tools = [function_tool(t, "input_schema") for t in body.get("tools") or []]
     return {"model": body["model"], "messages": messages, "tools": tools or None}
 
 

@@ -32,6 +32,19 @@ class PolicyReply(BaseModel):
 Policy = Callable[[dict[str, Any]], PolicyReply]
 
 
+def function_tool(tool: dict[str, Any], schema_key: str) -> dict[str, Any]:
+    """A native route's tool definition in the chat-completions shape the policies read
+    (`schema_key`: where the route keeps the JSON schema, `input_schema` or `parameters`)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.get("name"),
+            "description": tool.get("description", ""),
+            "parameters": tool.get(schema_key, {}),
+        },
+    }
+
+
 def reasoning_text(reply: PolicyReply) -> str:
     """What an offline model "thought" before its reply (a thinking block, a DeepSeek
     `reasoning_content`): a line naming its next step, deterministic."""

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from piserini_ray.offline.anthropic import RequestError, Signer
-from piserini_ray.offline.policy import PolicyReply
+from piserini_ray.offline.policy import PolicyReply, function_tool
 from piserini_ray.offline.tokens import count_text_tokens
 
 MIN_CACHED_TOKENS = 1024
@@ -110,14 +110,7 @@ def policy_request(body: dict[str, Any]) -> dict[str, Any]:
                 {"role": "tool", "tool_call_id": item.get("call_id"), "content": _text(output)}
             )
     tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": t.get("name"),
-                "description": t.get("description", ""),
-                "parameters": t.get("parameters", {}),
-            },
-        }
+        function_tool(t, "parameters")
         for t in body.get("tools") or []
         if t.get("type") == "function"
     ]

@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -381,14 +381,51 @@ class _App:
 
     async def messages(self, request: web.Request) -> web.Response:
         """Anthropic's Messages API (`offline/anthropic.py` holds its rules and shapes)."""
+        return await self._recorded(self._messages, request)
+
+    async def responses(self, request: web.Request) -> web.Response:
+        """OpenAI's Responses API (`offline/responses.py` holds its rules and shapes)."""
+        return await self._recorded(self._responses, request)
+
+    async def _recorded(
+        self,
+        handle: Callable[[web.Request, RecordedRequest], Awaitable[web.Response]],
+        request: web.Request,
+    ) -> web.Response:
+        """Handle a request of a native route, keeping its record in the request log."""
         record = RecordedRequest(seq=next(self._seq))
         try:
-            response = await self._messages(request, record)
+            response = await handle(request, record)
             record.status = response.status
             return response
         finally:
             with self.lock:
                 self.records.append(record)
+
+    async def _native_body(self, request: web.Request, record: RecordedRequest) -> dict[str, Any]:
+        """A native route's JSON body (or `RequestError`), its model noted on the record."""
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as error:
+            raise anthropic.RequestError(f"request body is not valid JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise anthropic.RequestError("request body must be a JSON object")
+        if body.get("stream"):
+            raise anthropic.RequestError("stream: the offline provider answers stream: false")
+        record.model = str(body.get("model"))
+        return body
+
+    async def _policy_reply(self, body: dict[str, Any], record: RecordedRequest) -> PolicyReply:
+        """After the configured latency, the reply of the policy serving the record's model or
+        its alias (checked with `_serves` first)."""
+        latency = self._latency()
+        record.delayed += latency
+        await asyncio.sleep(latency)
+        model = str(record.model)
+        return self.policies[self.config.model_aliases.get(model, model)](body)
+
+    def _serves(self, model: str) -> bool:
+        return self.config.model_aliases.get(model, model) in self.policies
 
     async def _messages(self, request: web.Request, record: RecordedRequest) -> web.Response:
         def refuse(error: anthropic.RequestError) -> web.Response:
@@ -403,26 +440,16 @@ class _App:
         if "anthropic-version" not in request.headers:
             return refuse(anthropic.RequestError("anthropic-version: header is required"))
         try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as error:
-            return refuse(anthropic.RequestError(f"request body is not valid JSON: {error}"))
-        if not isinstance(body, dict):
-            return refuse(anthropic.RequestError("request body must be a JSON object"))
-        record.model = str(body.get("model"))
-        record.messages = body.get("messages") if isinstance(body.get("messages"), list) else None
-        try:
+            body = await self._native_body(request, record)
+            record.messages = (
+                body.get("messages") if isinstance(body.get("messages"), list) else None
+            )
             thinking = anthropic.validate(body, self.signer)
-            if body.get("stream"):
-                raise anthropic.RequestError("stream: the offline provider answers stream: false")
         except anthropic.RequestError as error:
             return refuse(error)
-        policy = self.policies.get(self.config.model_aliases.get(record.model, record.model))
-        if policy is None:
+        if not self._serves(record.model or ""):
             return refuse(anthropic.RequestError(f"model: {record.model}", 404, "not_found_error"))
-        latency = self._latency()
-        record.delayed += latency
-        await asyncio.sleep(latency)
-        reply = policy(anthropic.policy_request(body))
+        reply = await self._policy_reply(anthropic.policy_request(body), record)
         thought = reasoning_text(reply) if thinking else None
         content = anthropic.reply_content(reply, thought, self.signer)
         with self.lock:
@@ -454,17 +481,6 @@ class _App:
         }
         return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
 
-    async def responses(self, request: web.Request) -> web.Response:
-        """OpenAI's Responses API (`offline/responses.py` holds its rules and shapes)."""
-        record = RecordedRequest(seq=next(self._seq))
-        try:
-            response = await self._responses(request, record)
-            record.status = response.status
-            return response
-        finally:
-            with self.lock:
-                self.records.append(record)
-
     async def _responses(self, request: web.Request, record: RecordedRequest) -> web.Response:
         def refuse(error: anthropic.RequestError) -> web.Response:
             return web.json_response(responses.error_body(error), status=error.status)
@@ -474,38 +490,26 @@ class _App:
         if self.config.require_key and not key:
             return _missing_key()
         try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as error:
-            return refuse(anthropic.RequestError(f"request body is not valid JSON: {error}"))
-        if not isinstance(body, dict):
-            return refuse(anthropic.RequestError("request body must be a JSON object"))
-        record.model = str(body.get("model"))
-        record.messages = body.get("input") if isinstance(body.get("input"), list) else None
-        try:
+            body = await self._native_body(request, record)
+            record.messages = body.get("input") if isinstance(body.get("input"), list) else None
             responses.validate(body, self.signer)
-            if body.get("stream"):
-                raise anthropic.RequestError("stream: the offline provider answers stream: false")
         except anthropic.RequestError as error:
             return refuse(error)
-        policy = self.policies.get(self.config.model_aliases.get(record.model, record.model))
-        if policy is None:
+        if not self._serves(record.model or ""):
             return _error(
                 404,
                 f"The model `{record.model}` does not exist",
                 "invalid_request_error",
                 code="model_not_found",
             )
-        latency = self._latency()
-        record.delayed += latency
-        await asyncio.sleep(latency)
-        reply = policy(responses.policy_request(body))
+        reply = await self._policy_reply(responses.policy_request(body), record)
         reasoning = reasoning_text(reply)
         output = responses.output_items(reply, reasoning, self.signer)
         with self.lock:
             cache = self.prefix_caches.setdefault(
                 f"{record.model}:{record.key_hash}", responses.PrefixCache()
             )
-            prompt, cached = cache.usage(record.model, body)
+            prompt, cached = cache.usage(str(record.model), body)
         thought = count_text_tokens(reasoning)
         completion = thought + count_completion_tokens(
             reply.content,
