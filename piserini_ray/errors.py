@@ -42,3 +42,9 @@ class RequestTooLarge(PiseriniRayError):
 class InfrastructureError(PiseriniRayError):
     """Something under the query failed (its rate limiter is gone, ...), not the query: the
     scheduler runs the query again instead of recording a failure."""
+
+
+class ProviderRefused(PiseriniRayError):
+    """The provider refuses every call of this run (a bad key, an unknown model, an exhausted
+    quota), not this query: no record is written, the run starts no more queries, and a
+    resume after the fix runs them."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
+from piserini_ray.errors import ProviderRefused
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.pipeline import Log, PreparedRun, RunSummary, execute
@@ -75,6 +76,9 @@ async def _run_all(
                     run_id=store.run_id,
                     config_hash=store.config_hash,
                 )
+            except ProviderRefused as refused:  # every query would fail alike: none more
+                run.guard.halt(str(refused))
+                return
             finally:
                 running -= 1
             store.append(record)

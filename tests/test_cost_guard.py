@@ -11,7 +11,7 @@ import pytest
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.local_run import run_local
 from piserini_ray.metrics.cost import CostGuard, Price, load_pricing
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
 from piserini_ray.records import Usage
 
 
@@ -58,3 +58,26 @@ def test_a_run_stops_within_one_query_of_the_cap_and_resumes_with_a_higher_one(
     assert more.stopped is None and more.ran_now == 12 - len(costs)
     ids = [r["query_id"] for r in _records(run_dir)]
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_a_provider_refusing_the_run_stops_it_and_a_resume_runs_everything(
+    tmp_path: Path, index_root: Path, sample_index: Path
+) -> None:
+    """A bad key mid-run (after the check before it): the refused query and the rest get no
+    record, the summary says why, and a resume after the fix runs every query once."""
+    with OfflineProvider(OfflineConfig()) as p:
+        config = load_config(
+            None,
+            {
+                "slice.sample": 6,
+                "retrieval.index_root": str(index_root),
+                "model.api_base": p.base_url,
+            },
+        )
+        p.script(Scripted(kind="auth_error"))
+        stopped = run_local(config, tmp_path / "run", concurrency=1, log=lambda _m: None)
+        assert stopped.stopped is not None and "the provider refused the run" in stopped.stopped
+        assert "AuthenticationError" in stopped.stopped and stopped.ran_now == 0
+        assert not (tmp_path / "run" / "records.jsonl").read_bytes()
+        fixed = run_local(config, tmp_path / "run", concurrency=1, log=lambda _m: None)
+    assert fixed.stopped is None and fixed.ran_now == 6 and fixed.statuses == {"completed": 6}

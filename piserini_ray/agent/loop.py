@@ -22,7 +22,7 @@ from piserini_ray.agent.budget import BudgetClock
 from piserini_ray.agent.prompt import STEER_MESSAGE, SYSTEM_PROMPT, question_message
 from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
-from piserini_ray.errors import InfrastructureError
+from piserini_ray.errors import InfrastructureError, ProviderRefused
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import (
@@ -175,6 +175,8 @@ async def run_query(
                 error = f"reached the cap of {config.max_iterations} model turns"
             elif isinstance(exc, InfrastructureError):
                 raise exc  # not the query's fault: no record, the scheduler runs it again
+            elif isinstance(exc, RetryError) and exc.failure.stops_run:
+                raise ProviderRefused(client.scrub(str(exc))) from None  # the run's, not ours
             elif isinstance(exc, RetryError):
                 status, termination, error = "failed", "error", str(exc)
             elif exc is not None:

@@ -9,6 +9,7 @@ text we keep.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import time
@@ -221,7 +222,7 @@ class LLMClient:
             raise  # the scheduler re-runs the query; it is no failure of the call
         except Exception as exc:
             failure = classify(exc)
-            scrubbed = Failure(failure.kind, self.scrub(failure.reason), failure.retry_after)
+            scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
             raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
         return _completion(response, model_seconds, waited, attempts, failures, self.provider)
 

@@ -42,6 +42,9 @@ class Failure:
     kind: FailureKind
     reason: str
     retry_after: float | None = None
+    #: The same call would fail for every query of the run (a bad key, an unknown model, an
+    #: exhausted quota): the run stops starting queries.
+    stops_run: bool = False
 
 
 #: Called with (seconds, failure) before each back-off sleep, so the wait is on record first.
@@ -99,15 +102,16 @@ def classify(exc: BaseException) -> Failure:
         codes = {str(body.get(k)) for k in ("code", "type")} if isinstance(body, dict) else set()
         text = str(exc).lower()
         if codes & set(_PERMANENT_429_CODES) or "exceeded your current quota" in text:
-            return Failure(FailureKind.PERMANENT, f"quota exhausted: {reason}")
+            return Failure(FailureKind.PERMANENT, f"quota exhausted: {reason}", stops_run=True)
         return Failure(FailureKind.RATE_LIMIT, reason, retry_after_seconds(exc))
     if isinstance(exc, litellm.ContextWindowExceededError):
         return Failure(FailureKind.PERMANENT, f"context window exceeded: {reason}")
+    if isinstance(
+        exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
+    ):
+        return Failure(FailureKind.PERMANENT, reason, stops_run=True)
     permanent = (
-        litellm.AuthenticationError,
-        litellm.PermissionDeniedError,
         litellm.BadRequestError,
-        litellm.NotFoundError,
         litellm.UnprocessableEntityError,
     )
     if isinstance(exc, permanent):

@@ -133,7 +133,8 @@ class CostGuard:
     """`pricing.max_cost_usd`: no new query starts once what the run has spent (its agent's
     calls, resumed records included) plus the projected cost of the queries in flight and the
     one about to start would pass the cap. A query's projected cost is the mean of those done
-    (nothing before the first one ends), so a run stops within about one query of the cap."""
+    (nothing before the first one ends), so a run stops within about one query of the cap. It
+    also halts the run when the provider refuses its calls (`halt`)."""
 
     def __init__(self, cap: float | None, price: Price | None, spent: float = 0.0, done: int = 0):
         self.cap = cap
@@ -141,8 +142,16 @@ class CostGuard:
         self.spent = spent
         self.done = done
         self.refused = 0  # queries not started because of the cap
+        self.halted: str | None = None  # the provider refused the run: nothing more starts
+
+    def halt(self, reason: str) -> None:
+        """The provider refuses the run's calls (`ProviderRefused`): start nothing more."""
+        self.halted = self.halted or reason
 
     def may_start(self, in_flight: int) -> bool:
+        if self.halted is not None:
+            self.refused += 1
+            return False
         if self.cap is None or self.price is None:
             return True
         mean = self.spent / self.done if self.done else 0.0
@@ -157,6 +166,11 @@ class CostGuard:
         self.done += 1
 
     def stop_reason(self) -> str | None:
+        if self.halted is not None:
+            return (
+                f"the provider refused the run ({self.halted}); no query after it was recorded "
+                "or started: fix it, then resume to run them"
+            )
         if not self.refused:
             return None
         return (

@@ -32,7 +32,7 @@ from ray.exceptions import (
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
-from piserini_ray.errors import PiseriniRayError
+from piserini_ray.errors import PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import scrub
 from piserini_ray.pipeline import PreparedRun
 from piserini_ray.records import QueryRecord, Usage, now_iso
@@ -270,7 +270,10 @@ def _execute(
                     group.lost(index)
                     retry_or_fail(plan, query, exc, "replica lost")
                 except RayTaskError as exc:  # the replica raised outside the agent loop
-                    retry_or_fail(plan, query, exc, "replica error")
+                    if isinstance(exc.cause, ProviderRefused):  # every query would fail alike
+                        plan.guard.halt(str(exc.cause))
+                    else:
+                        retry_or_fail(plan, query, exc, "replica error")
             submit()
         progress.close()
         for plan in runs:

@@ -15,6 +15,7 @@ from piserini_ray.agent.loop import run_query
 from piserini_ray.agent.prompt import STEER_MESSAGE
 from piserini_ray.config import AgentConfig, ModelConfig, RetryConfig, RunConfig
 from piserini_ray.data import Benchmark
+from piserini_ray.errors import ProviderRefused
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.offline import (
     LatencyConfig,
@@ -281,18 +282,28 @@ def test_a_failed_call_shows_every_attempt_on_its_turn(searcher, provider, sampl
 
 @pytest.mark.parametrize(
     ("kind", "reason"),
-    [
-        ("auth_error", "AuthenticationError"),
-        ("context_window", "context window exceeded"),
-        ("insufficient_quota", "quota exhausted"),
-        ("bad_request", "BadRequestError"),
-    ],
+    [("context_window", "context window exceeded"), ("bad_request", "BadRequestError")],
 )
 def test_permanent_errors_fail_fast(searcher, provider, sample, kind: str, reason: str) -> None:
     provider.script(Scripted(kind=kind))
     record, _ = _run(searcher, provider, sample, "test/scripted")
     assert record.status == "failed" and reason in (record.error or "")
     assert "after 1 attempt" in (record.error or "")
+    assert len(provider.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("auth_error", "AuthenticationError"), ("insufficient_quota", "quota exhausted")],
+)
+def test_a_refusal_of_the_whole_run_is_no_query_failure(
+    searcher, provider, sample, kind: str, reason: str
+) -> None:
+    """A bad key or an exhausted quota would fail every query alike: the query gets no failed
+    record (a resume after the fix runs it); the engines stop starting queries."""
+    provider.script(Scripted(kind=kind))
+    with pytest.raises(ProviderRefused, match=reason):
+        _run(searcher, provider, sample, "test/scripted")
     assert len(provider.requests) == 1
 
 
@@ -354,7 +365,7 @@ def test_no_key_value_is_written_anywhere(searcher, provider, sample, tmp_path: 
                 spill=store.spill_dir(QUESTION_ID),
             )
             store.append(record.model_copy(update={"config_hash": store.config_hash}))
-            provider.script(Scripted(kind="auth_error"))
+            provider.script(Scripted(kind="bad_request"))
             failed, _ = _run(
                 searcher, provider, sample, "test/scripted", api_key_env="PISERINI_TEST_KEY"
             )
