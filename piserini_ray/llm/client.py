@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import random
 import time
@@ -142,9 +143,10 @@ class LLMClient:
             ]
         return params | self.model.extra
 
-    @property
+    @functools.cached_property
     def provider(self) -> str:
-        """litellm's provider of the route (`openai`, `anthropic`, `deepseek`, ...)."""
+        """litellm's provider of the route (`openai`, `anthropic`, `deepseek`, ...), resolved
+        once: every call of a client asks."""
         try:
             return str(litellm.get_llm_provider(self.model.resolved_litellm_model())[1])
         except Exception:  # an unknown route: litellm says so on the first call

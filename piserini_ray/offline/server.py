@@ -266,7 +266,7 @@ class _App:
             )
         if deepseek_dialect and (refused := deepseek.problem(body)) is not None:
             return _error(400, refused, "invalid_request_error")
-        policy = self.policies.get(self.config.model_aliases.get(model, model))
+        policy = self._policy(model)
         if policy is None:
             known = ", ".join(sorted(self.policies))
             return _error(
@@ -421,11 +421,16 @@ class _App:
         latency = self._latency()
         record.delayed += latency
         await asyncio.sleep(latency)
-        model = str(record.model)
-        return self.policies[self.config.model_aliases.get(model, model)](body)
+        policy = self._policy(str(record.model))
+        assert policy is not None
+        return policy(body)
+
+    def _policy(self, model: str) -> Policy | None:
+        """The policy serving `model`, under its own name or an alias (`offline.model_aliases`)."""
+        return self.policies.get(self.config.model_aliases.get(model, model))
 
     def _serves(self, model: str) -> bool:
-        return self.config.model_aliases.get(model, model) in self.policies
+        return self._policy(model) is not None
 
     async def _messages(self, request: web.Request, record: RecordedRequest) -> web.Response:
         def refuse(error: anthropic.RequestError) -> web.Response:
