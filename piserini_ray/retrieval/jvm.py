@@ -161,3 +161,11 @@ def import_lucene_searcher() -> type:
     with _placeholder_openai_key():
         from pyserini.search.lucene import LuceneSearcher
     return LuceneSearcher
+
+
+def import_faiss_searcher() -> type:
+    """pyserini's `FaissSearcher` class (its package imports the Lucene side, hence the JVM)."""
+    import_lucene_searcher()
+    with _placeholder_openai_key():
+        from pyserini.search.faiss import FaissSearcher
+    return FaissSearcher

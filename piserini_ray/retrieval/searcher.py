@@ -64,6 +64,8 @@ def anserini_tie_adjust(scores: np.ndarray) -> np.ndarray:
 class BM25Searcher:
     """One searcher replica: a JVM-side index reader, BM25 settings and the docstore."""
 
+    name = "bm25"
+
     def __init__(
         self, index_dir: Path, bm25: BM25Params = BM25Params(), depth: int = 1000, heap: str = "1g"
     ) -> None:
