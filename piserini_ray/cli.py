@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from piserini_ray.config import RunConfig, load_config
+from piserini_ray.config import BACKENDS, RunConfig, load_config
 from piserini_ray.data import Benchmark, load_benchmark, load_corpus
 from piserini_ray.errors import ConfigError, PiseriniRayError
 from piserini_ray.store import manifest_config
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from piserini_ray.config import ModelConfig
     from piserini_ray.pipeline import RunSummary
     from piserini_ray.report.paired import PairedComparison
-    from piserini_ray.retrieval import BM25Searcher
+    from piserini_ray.retrieval.backends import SearchBackend
 
 
 def _log(message: str) -> None:
@@ -32,6 +32,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
         overrides["retrieval.bm25.k1"] = args.k1
     if getattr(args, "b", None) is not None:
         overrides["retrieval.bm25.b"] = args.b
+    if getattr(args, "backend", None) is not None and args.func is not cmd_retrieval_eval:
+        overrides["retrieval.backend"] = args.backend
     if getattr(args, "preset", None) is not None:
         overrides["retrieval.preset"] = args.preset
     if getattr(args, "index_root", None) is not None:
@@ -41,19 +43,39 @@ def _config(args: argparse.Namespace) -> RunConfig:
     return load_config(args.config, overrides)
 
 
-def _searcher(cfg: RunConfig, benchmark: Benchmark) -> BM25Searcher:
-    from piserini_ray.retrieval import ensure_index, open_searcher
+def _index(cfg: RunConfig, benchmark: Benchmark, dense: bool) -> Path:
+    """The Lucene index (built if missing), and the dense one when `dense`."""
+    from piserini_ray.pipeline import ensure_dense_index
+    from piserini_ray.retrieval import ensure_index
 
-    return open_searcher(ensure_index(benchmark.corpus, cfg.retrieval, _log), cfg.retrieval)
+    index = ensure_index(benchmark.corpus, cfg.retrieval, _log)
+    if dense:
+        ensure_dense_index(index, cfg.retrieval, _log)
+    return index
+
+
+def _searcher(cfg: RunConfig, benchmark: Benchmark) -> SearchBackend:
+    from piserini_ray.retrieval.backends import open_backend
+
+    return open_backend(_index(cfg, benchmark, cfg.retrieval.uses_dense), cfg.retrieval)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    """The Lucene index; with a dense backend, its dense index too, encoded on Ray's encoder
+    actors (a local Ray unless runtime.address names a cluster)."""
+    from piserini_ray.pipeline import ensure_dense_index
     from piserini_ray.retrieval import ensure_index, read_index_info
 
     cfg = _config(args)
     path = ensure_index(load_corpus(cfg.benchmark), cfg.retrieval, _log)
     info = read_index_info(path)
     print(f"{path}\n{info.num_docs} documents, corpus {info.corpus}, built {info.built_at}")
+    if cfg.retrieval.uses_dense:
+        from piserini_ray.runtime.ray_env import start_ray
+
+        start_ray(cfg.runtime, _log)
+        dense = ensure_dense_index(path, cfg.retrieval, _log)
+        print(f"{dense}\ndense index, encoder {_encoder_label(cfg)}")
     return 0
 
 
@@ -218,34 +240,56 @@ def cmd_tune_bm25(args: argparse.Namespace) -> int:
 
 
 def cmd_retrieval_eval(args: argparse.Namespace) -> int:
-    """The no-LLM floor: the raw question at the configured BM25, recall@k and nDCG@10."""
-    from piserini_ray.tuning import score_rankings
+    """The no-LLM floor: the raw questions ranked by every backend (or `--backend`) at the
+    configured depth, recall@k, nDCG@10 and MAP side by side."""
+    from piserini_ray.tuning import evaluate_backends
 
     config = _config(args)
     benchmark = load_benchmark(config.benchmark)
-    searcher = _searcher(config, benchmark)
+    backends = [args.backend] if args.backend else list(BACKENDS)
+    retrieval = config.retrieval
+    index = _index(config, benchmark, dense=any(b != "bm25" for b in backends))
     queries = benchmark.select(**config.slice.model_dump())
-    rankings = {q.query_id: [d for d, _ in searcher.search_docids(q.query)] for q in queries}
-    scores = score_rankings(rankings, benchmark, depths=(5, 10, 20, 50, 100, 200, 500, 1000))
-    bm25 = config.retrieval.bm25
+    results = evaluate_backends(index, retrieval, queries, benchmark, backends)
     print(
-        f"raw questions, BM25 k1={bm25.k1:g} b={bm25.b:g}, depth {config.retrieval.depth}, "
-        f"{len(queries)} queries"
+        f"raw questions, {len(queries)} queries, depth {retrieval.depth}; BM25 "
+        f"k1={retrieval.bm25.k1:g} b={retrieval.bm25.b:g}"
+        + (
+            f"; dense: {_encoder_label(config)}"
+            if len(backends) > 1 or backends != ["bm25"]
+            else ""
+        )
     )
-    for name, value in scores.items():
-        print(f"  {name}: {'n/a' if value is None else f'{100 * value:.2f} %'}")
+    metrics = list(results[0].metrics)
+    width = max(len(m) for m in metrics)
+    print(f"  {'':{width}}  " + "  ".join(f"{r.backend:>8}" for r in results))
+    for name in metrics:
+        cells = [r.metrics[name] for r in results]
+        print(
+            f"  {name:{width}}  "
+            + "  ".join("     n/a" if v is None else f"{100 * v:7.2f}%" for v in cells)
+        )
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        tag = f"bm25-k1={bm25.k1:g}-b={bm25.b:g}"
-        lines = [
-            f"{qid} Q0 {d} {rank} {len(docs) - rank + 1} {tag}"
-            for qid, docs in rankings.items()
-            for rank, d in enumerate(docs, start=1)
-        ]
-        (args.out / "run.trec").write_text("\n".join(lines) + "\n")
+        bm25 = retrieval.bm25
+        for r in results:
+            tag = f"bm25-k1={bm25.k1:g}-b={bm25.b:g}" if r.backend == "bm25" else r.backend
+            lines = [
+                f"{qid} Q0 {d} {rank} {len(docs) - rank + 1} {tag}"
+                for qid, docs in r.rankings.items()
+                for rank, d in enumerate(docs, start=1)
+            ]
+            (args.out / f"run.{r.backend}.trec").write_text("\n".join(lines) + "\n")
+        scores = {r.backend: r.metrics for r in results}
         (args.out / "retrieval_eval.json").write_text(orjson_dumps(scores))
-        print(f"wrote {args.out / 'run.trec'} and {args.out / 'retrieval_eval.json'}")
+        print(f"wrote run.<backend>.trec and retrieval_eval.json in {args.out}")
     return 0
+
+
+def _encoder_label(config: RunConfig) -> str:
+    from piserini_ray.retrieval.encoder import encoder_label
+
+    return encoder_label(config.retrieval.dense)
 
 
 def orjson_dumps(data: object) -> str:
@@ -513,9 +557,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--preset", help="BM25 preset: piserini (25/1.0) or pyserini-default")
         p.add_argument("--k1", type=float, help="BM25 k1 (overrides config)")
         p.add_argument("--b", type=float, help="BM25 b (overrides config)")
+        p.add_argument(
+            "--backend", choices=BACKENDS, help="retrieval backend (overrides retrieval.backend)"
+        )
         return p
 
-    p = add("index", "Build (or find) the Lucene index of the benchmark's corpus.")
+    p = add("index", "Build (or find) the benchmark's Lucene index (and dense, --backend).")
     p.set_defaults(func=cmd_index)
     p = add("search", "Run the search tool once and print what the agent would see.")
     p.add_argument("query")
@@ -599,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, help="searcher replicas (default: runtime.replicas)")
     p.add_argument("--out", type=Path, help="default: runs/tune-bm25-<benchmark>")
     p.set_defaults(func=cmd_tune_bm25)
-    p = add("retrieval-eval", "No-LLM baseline: recall@k and nDCG@10 of the raw questions.")
+    p = add("retrieval-eval", "No-LLM floor of every backend: recall@k, nDCG@10, MAP.")
     p.add_argument("--out", type=Path, help="also write run.trec and retrieval_eval.json here")
     p.set_defaults(func=cmd_retrieval_eval)
     p = sub.add_parser("evidence-ranks", help="Where a run's evidence sat in its rankings.")

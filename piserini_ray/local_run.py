@@ -22,7 +22,7 @@ from piserini_ray.errors import ProviderRefused
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.pipeline import Log, PreparedRun, RunSummary, execute
-from piserini_ray.retrieval import BM25Searcher, open_searcher
+from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
@@ -45,7 +45,7 @@ def model_endpoint(config: RunConfig) -> contextlib.AbstractContextManager[str |
 
 async def _run_all(
     run: PreparedRun,
-    searcher: BM25Searcher,
+    searcher: SearchBackend,
     api_base: str | None,
     concurrency: int,
     log: Callable[[str], None],
@@ -108,7 +108,7 @@ class LocalEngine:
         for run in runs:
             if not run.todo:
                 continue
-            searcher = open_searcher(run.index, run.config.retrieval)
+            searcher = open_backend(run.index, run.config.retrieval)
             with model_endpoint(run.config) as api_base:
                 run.ran = asyncio.run(_run_all(run, searcher, api_base, self.concurrency, log))
 

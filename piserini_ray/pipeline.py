@@ -27,7 +27,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from piserini_ray.config import ModelConfig, RunConfig
+from piserini_ray.config import ModelConfig, RetrievalConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
@@ -218,7 +218,27 @@ def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
     index = ensure_index(benchmark.corpus, config.retrieval, log)
     for problem in check_qrels(benchmark, set(read_docids(index)), config):
         log(f"warning: {problem}")
+    if config.retrieval.uses_dense:
+        ensure_dense_index(index, config.retrieval, log)
     return index
+
+
+def ensure_dense_index(index: Path, retrieval: RetrievalConfig, log: Log) -> Path:
+    """The dense index beside a Lucene index, built if missing: on encoder actors when Ray is
+    up (`piserini-ray index --backend dense` starts it), else in this process."""
+    import ray
+
+    from piserini_ray.retrieval.dense_index import build_dense_index, find_dense_index
+
+    found = find_dense_index(index, retrieval.dense)
+    if found is not None:
+        return found
+    encode = None
+    if ray.is_initialized():
+        from piserini_ray.runtime.encoders import ray_shard_encoder
+
+        encode = ray_shard_encoder(retrieval.dense, log)
+    return build_dense_index(index, retrieval.dense, encode, log)
 
 
 def check_qrels(benchmark: Benchmark, docids: set[str], config: RunConfig) -> list[str]:

@@ -63,6 +63,8 @@ class RankingLog(BaseModel):
     search_id: str
     query: str
     docids: list[str]
+    #: Which `retrieval.backend` ranked them (records before backends existed: BM25).
+    backend: str = "bm25"
 
 
 class QueryRecord(BaseModel):

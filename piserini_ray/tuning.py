@@ -10,9 +10,10 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel
 
-from piserini_ray.config import BM25Params
+from piserini_ray.config import BM25Params, RetrievalConfig
 from piserini_ray.data import Benchmark, Query
 from piserini_ray.metrics.ranking import average_precision, mean, ndcg_at, recall_at
 from piserini_ray.retrieval.searcher import BM25Searcher
@@ -71,6 +72,47 @@ def evaluate_cell(
     searcher.set_bm25(BM25Params(k1=k1, b=b))
     rankings = {q.query_id: [d for d, _ in searcher.search_docids(q.query, depth)] for q in queries}
     return CellResult(k1=k1, b=b, queries=len(queries), metrics=score_rankings(rankings, benchmark))
+
+
+class BackendScores(BaseModel):
+    """The no-LLM floor of one retrieval backend: its rankings of the raw questions, scored."""
+
+    backend: str
+    queries: int
+    metrics: dict[str, float | None]
+    rankings: dict[str, list[str]]
+
+
+EVAL_DEPTHS = (5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+def evaluate_backends(
+    index_dir: Path,
+    retrieval: RetrievalConfig,
+    queries: Sequence[Query],
+    benchmark: Benchmark,
+    backends: Sequence[str],
+) -> list[BackendScores]:
+    """Each backend's floor on the same queries at the configured depth; one BM25 searcher
+    and one query encoder serve them all (each query is encoded once)."""
+    from piserini_ray.retrieval.backends import local_query_encoder, open_backend
+    from piserini_ray.retrieval.searcher import open_searcher
+
+    bm25 = open_searcher(index_dir, retrieval)
+    vectors: dict[str, np.ndarray] = {}
+    encode = None
+    if any(b != "bm25" for b in backends):
+        model = local_query_encoder(retrieval)
+        encode = lambda text: vectors.setdefault(text, model(text))  # noqa: E731
+    out = []
+    for backend in backends:
+        searcher = open_backend(index_dir, retrieval.for_backend(backend), encode, bm25=bm25)
+        rankings = {q.query_id: [d for d, _ in searcher.search_docids(q.query)] for q in queries}
+        metrics = score_rankings(rankings, benchmark, depths=EVAL_DEPTHS)
+        out.append(
+            BackendScores(backend=backend, queries=len(queries), metrics=metrics, rankings=rankings)
+        )
+    return out
 
 
 def best_cell(cells: Sequence[CellResult], objective: str) -> CellResult:

@@ -228,6 +228,7 @@ async def run_query(
                 search_id=s.search_id,
                 query=s.query,
                 docids=[session.backend.docid(int(o)) for o in s.ranking.ordinals],
+                backend=session.backend.name,
             )
             for s in session.history
         ],

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from piserini_ray.config import RetrievalConfig
-from piserini_ray.retrieval.dense_index import DenseIndex, build_dense_index
+from piserini_ray.retrieval.dense_index import DenseIndex, ShardEncoder, build_dense_index
 from piserini_ray.retrieval.searcher import BM25Searcher, Ranking
 
 #: Text in, one float32 vector out (a local model or a node's encoder actor).
@@ -180,21 +180,25 @@ _BACKENDS: dict[str, type[DenseBackend]] = {
 }
 
 
+SearchBackend = BM25Searcher | DenseBackend
+
+
 def open_backend(
     index_dir: Path,
     retrieval: RetrievalConfig,
     encode_query: QueryEncoder | None = None,
     bm25: BM25Searcher | None = None,
-) -> BM25Searcher | DenseBackend:
-    """The configured backend over a built Lucene index (and its dense index, built here if
-    missing). `encode_query` defaults to a model loaded in this process; `bm25` reuses an
-    open searcher."""
+    build_with: ShardEncoder | None = None,
+) -> SearchBackend:
+    """The configured backend over a built Lucene index, and its dense index (built with
+    `build_with`, default this process, if missing). `encode_query` defaults to a model loaded
+    in this process; `bm25` reuses an open searcher."""
     from piserini_ray.retrieval.searcher import open_searcher
 
     bm25 = bm25 or open_searcher(index_dir, retrieval)
     if retrieval.backend == "bm25":
         return bm25
-    dense_dir = build_dense_index(index_dir, retrieval.dense)
+    dense_dir = build_dense_index(index_dir, retrieval.dense, build_with)
     index = DenseIndex(dense_dir, bm25.docstore)
     return _BACKENDS[retrieval.backend](
         bm25, retrieval, index, encode_query or local_query_encoder(retrieval)

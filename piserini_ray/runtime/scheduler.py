@@ -36,6 +36,7 @@ from piserini_ray.errors import PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import scrub
 from piserini_ray.pipeline import PreparedRun
 from piserini_ray.records import QueryRecord, Usage, now_iso
+from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.limiter_actor import job_limiter_prefix, limiter_name, start_limiter
 from piserini_ray.runtime.progress import Progress
 from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
@@ -164,6 +165,8 @@ def _execute(
         # The index was built (or found) by `prepare` on this node; replicas here open it at
         # once, and nodes elsewhere build their own under the same lock.
         retrieval = run.config.retrieval.with_resolved_index_root()
+        # Dense backends: one query encoder per node, shared by the replicas there.
+        encoders = start_node_encoders(prefix, retrieval.dense) if retrieval.uses_dense else None
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=runtime.cpus_per_replica,
@@ -171,7 +174,7 @@ def _execute(
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
                 runtime_env={"env_vars": JVM_SAFE_ENV},
-            ).remote(run.config.benchmark, retrieval)
+            ).remote(run.config.benchmark, retrieval, encoders)
             for _ in range(runtime.replicas)
         ]
         groups[key] = _Group(actors, capacity=runtime.max_concurrency)

@@ -27,9 +27,12 @@ from piserini_ray.config import (
 )
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
+from piserini_ray.retrieval import ensure_index
+from piserini_ray.retrieval.backends import SearchBackend, open_backend
+from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
+from piserini_ray.tools.session import search_query
 
 
 class QueryJob(BaseModel):
@@ -48,14 +51,29 @@ class QueryJob(BaseModel):
 
 @ray.remote
 class SearchWorker:
-    def __init__(self, benchmark: BenchmarkConfig, retrieval: RetrievalConfig) -> None:
+    def __init__(
+        self,
+        benchmark: BenchmarkConfig,
+        retrieval: RetrievalConfig,
+        encoders: dict[str, str] | None = None,
+    ) -> None:
+        """`encoders`: node id -> name of that node's query encoder actor (dense backends)."""
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
-        self.searcher: BM25Searcher = self._jvm.submit(self._open, benchmark, retrieval).result()
+        self._encoder = RemoteQueryEncoder(encoders) if encoders else None
+        self.searcher: SearchBackend = self._jvm.submit(
+            self._open, benchmark, retrieval, self._encoder
+        ).result()
         self._clients: dict[str, LLMClient] = {}
 
     @staticmethod
-    def _open(benchmark: BenchmarkConfig, retrieval: RetrievalConfig) -> BM25Searcher:
-        return open_searcher(ensure_index(load_benchmark(benchmark).corpus, retrieval), retrieval)
+    def _open(
+        benchmark: BenchmarkConfig, retrieval: RetrievalConfig, encoder: RemoteQueryEncoder | None
+    ) -> SearchBackend:
+        index = ensure_index(load_benchmark(benchmark).corpus, retrieval)
+        if encoder is None:
+            return open_backend(index, retrieval)
+        # A node without the dense index builds it with its own encoder actor.
+        return open_backend(index, retrieval, encoder, build_with=encoder.encode_documents)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -74,6 +92,9 @@ class SearchWorker:
     async def _run_tool(self, session: ToolSession, name: str, arguments: str) -> ToolResult:
         import asyncio
 
+        if self._encoder is not None and name == "search" and (text := search_query(arguments)):
+            # Encoded here, on the event loop, so concurrent searches batch at the encoder.
+            await self._encoder.prefetch(text)
         return await asyncio.get_running_loop().run_in_executor(
             self._jvm, session.call, name, arguments
         )

@@ -46,6 +46,16 @@ class Backend(Protocol):
 log = logging.getLogger(__name__)
 
 
+def search_query(arguments: str | dict[str, Any] | None) -> str | None:
+    """The query text of a `search` call's arguments, if they hold one (else None: the call
+    itself reports what is wrong)."""
+    try:
+        query = _parse_arguments(arguments).get("query")
+    except ToolArgumentError:
+        return None
+    return query if isinstance(query, str) and query.strip() else None
+
+
 class ToolResult(BaseModel):
     """One tool call as the agent sees it and as the log records it."""
 
