@@ -114,6 +114,22 @@ class RetrievalConfig(StrictModel):
     def uses_dense(self) -> bool:
         return self.backend != "bm25"
 
+    def describe(self) -> str:
+        """The retriever in words, for reports and plot legends."""
+        bm25 = f"BM25 k1={self.bm25.k1:g} b={self.bm25.b:g}"
+        dense = f"dense {self.dense.encoder or 'all-MiniLM-L6-v2'}"
+        hybrid = self.hybrid
+        text = {
+            "bm25": bm25,
+            "dense": dense,
+            "hybrid": f"hybrid {hybrid.fusion}"
+            + (f" alpha={hybrid.alpha:g}" if hybrid.fusion == "linear" else "")
+            + f" of {bm25} and {dense} ({hybrid.fusion_depth} each)",
+            "rerank": f"{bm25} reranked by {dense}"
+            + (f" (alpha={self.rerank.alpha:g})" if self.rerank.alpha < 1 else ""),
+        }[self.backend]
+        return f"{text}, depth {self.depth}"
+
     def for_backend(self, backend: str) -> RetrievalConfig:
         """This config with another backend (the side-by-side analyses)."""
         return self.model_copy(update={"backend": backend})

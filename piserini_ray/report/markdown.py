@@ -24,8 +24,36 @@ def _pct(e: Estimate | None) -> str:
     return f"{100 * e.value:.1f}{ci}"
 
 
+def _bm25(m: RunMetrics) -> str:
+    return f"BM25 k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
+
+
 def _num(value: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if value is None else fmt.format(value)
+
+
+def backends_markdown(runs: Sequence[RunMetrics]) -> list[str]:
+    """The runs' retrieval backends side by side, grouped by depth so that each group compares
+    retrievers at matched depth (the sweep of `configs/sweep_backends.yaml`)."""
+    lines = [
+        "## Retrieval backends at matched depth",
+        "",
+        "Same agent, tools and budget; only the retriever differs within a depth. Recall is "
+        "macro evidence recall, 95 % bootstrap intervals in brackets; the depth curves of all "
+        "runs share one plot (depth.png).",
+        "",
+        "| depth | backend | retriever | model | accuracy % | surfaced % | previewed % | "
+        "behavior % | cost |",
+        "|---:|---|---|---|---|---|---|---|---:|",
+    ]
+    for m in sorted(runs, key=lambda m: (-m.depth, m.backend)):
+        ev = {name: _pct(m.recall[name]["evidence"].macro) for name in m.recall}
+        lines.append(
+            f"| {m.depth} | {m.backend} | {m.retrieval} | {m.model} | {_pct(m.accuracy)} | "
+            f"{ev['surfaced']} | {ev['previewed']} | {ev['behavior']} | "
+            f"{_num(m.cost_usd, '${:,.2f}')} |"
+        )
+    return lines
 
 
 def markdown_report(runs: Sequence[RunMetrics]) -> str:
@@ -54,13 +82,16 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         lines += ["| " + " | ".join(row) + " |" for row in PAPER_ROWS]
+    if len({m.backend for m in runs}) > 1:
+        lines += ["", *backends_markdown(runs)]
     for m in runs:
         lines += [
             "",
             f"## {m.run_dir}",
             "",
-            f"Config {m.config_hash}, model {m.model}, judge {m.judge}, BM25 k1={m.bm25['k1']} "
-            f"b={m.bm25['b']}, budget {m.budget_seconds:g} s, {m.queries} queries: "
+            f"Config {m.config_hash}, model {m.model}, judge {m.judge}, "
+            f"{m.retrieval or _bm25(m)}, "
+            f"budget {m.budget_seconds:g} s, {m.queries} queries: "
             + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
             + f"; judge failures {m.judge_failed}.",
             "",

@@ -99,6 +99,10 @@ class RunMetrics(BaseModel):
     #: The termination policy in words ("time: 300 s", "iterations: 100", "both: ...").
     termination: str = "time"
     bm25: dict[str, float]
+    #: `retrieval.backend`, `retrieval.depth` and the retriever in words.
+    backend: str = "bm25"
+    depth: int = 1000
+    retrieval: str = ""
     budget: BudgetAnalysis | None = None
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
@@ -345,4 +349,7 @@ def aggregate(
         termination=_policy(config),
         budget=budget_analysis(facts),
         bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
+        backend=config.retrieval.backend,
+        depth=config.retrieval.depth,
+        retrieval=config.retrieval.describe(),
     )

@@ -22,7 +22,9 @@ def _policy(m: RunMetrics) -> str:
 
 
 def _label(m: RunMetrics) -> str:
-    return f"{m.model}, {_policy(m)}, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
+    if m.backend == "bm25":
+        return f"{m.model}, {_policy(m)}, k1={m.bm25['k1']:g} b={m.bm25['b']:g}"
+    return f"{m.model}, {_policy(m)}, {m.backend} @ {m.depth}"
 
 
 def _finish(fig: plt.Figure, ax: plt.Axes, path: Path, title: str, legend: dict | None) -> Path:

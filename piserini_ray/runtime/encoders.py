@@ -86,20 +86,23 @@ class EncoderActor:
         }
 
 
-def encoder_actor_name(prefix: str, node_id: str, dense: DenseConfig) -> str:
-    return f"{prefix}encoder:{node_id[:16]}:{encoder_identity(dense)[:12]}"
+def encoder_actor_name(node_id: str, dense: DenseConfig) -> str:
+    job = ray.get_runtime_context().get_job_id()
+    return f"piserini-encoder:{job}:{node_id[:16]}:{encoder_identity(dense)[:12]}"
 
 
-def start_node_encoders(prefix: str, dense: DenseConfig) -> dict[str, str]:
-    """One query encoder per alive node, started now (they load their model meanwhile);
-    node id -> actor name."""
-    names = {}
+def start_node_encoders(dense: DenseConfig) -> tuple[dict[str, str], list[Any]]:
+    """One query encoder per alive node, up and holding its model when this returns (a model
+    that cannot load fails here, before any replica starts): node id -> actor name, and the
+    handles, which the caller holds for as long as the run needs them (an actor whose last
+    handle is dropped ends, named or not)."""
+    names, handles = {}, []
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
         node_id = node["NodeID"]
-        name = encoder_actor_name(prefix, node_id, dense)
-        EncoderActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
+        name = encoder_actor_name(node_id, dense)
+        handle = EncoderActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
             name=name,
             get_if_exists=True,
             num_cpus=0,
@@ -109,7 +112,9 @@ def start_node_encoders(prefix: str, dense: DenseConfig) -> dict[str, str]:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         ).remote(dense)
         names[node_id] = name
-    return names
+        handles.append(handle)
+    ray.get([h.info.remote() for h in handles])
+    return names, handles
 
 
 class RemoteQueryEncoder:

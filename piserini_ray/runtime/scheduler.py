@@ -99,6 +99,31 @@ class _Group:
         return bool(self.restarting or self.reprobe_at)
 
 
+def _replica_cpus(runs: list[PreparedRun], runtime: Any, log: Callable[[str], None]) -> float:
+    """The CPUs each replica reserves. Runs with other benchmark or retrieval settings (a sweep
+    over backends or BM25 parameters) each get their own replicas; on a local Ray that has
+    fewer CPUs than they reserve, the reservation shrinks so that all of them start (they
+    mostly wait on the model) instead of some waiting forever. A cluster is left to its
+    autoscaler, with a warning."""
+    wanted = len({_group_key(r.config) for r in runs}) * runtime.replicas
+    need = wanted * runtime.cpus_per_replica
+    have = float(ray.cluster_resources().get("CPU", 0.0))
+    if need <= have or have <= 0:
+        return float(runtime.cpus_per_replica)
+    if runtime.address is not None:
+        log(
+            f"warning: {wanted} searcher replicas reserve {need:g} CPUs and the cluster has "
+            f"{have:g} now: the rest start when it grows (or lower runtime.cpus_per_replica)"
+        )
+        return float(runtime.cpus_per_replica)
+    fitted = int(have / wanted * 1000) / 1000
+    log(
+        f"{wanted} searcher replicas on {have:g} CPUs: each reserves {fitted:g} CPU instead of "
+        f"{runtime.cpus_per_replica:g} so that all of them start"
+    )
+    return fitted
+
+
 def _group_key(config: RunConfig) -> str:
     return orjson.dumps(
         [config.benchmark.model_dump(mode="json"), config.retrieval.model_dump(mode="json")],
@@ -157,6 +182,8 @@ def _execute(
         judge = run.config.judge_model()
         start_limiter(limiter_name(prefix, judge, run.config.offline), judge.rate_limit)
     groups: dict[str, _Group] = {}
+    encoder_handles: list[Any] = []
+    cpus = _replica_cpus(runs, runtime, log)
     for run in runs:
         key = _group_key(run.config)
         if key in groups:
@@ -165,11 +192,15 @@ def _execute(
         # The index was built (or found) by `prepare` on this node; replicas here open it at
         # once, and nodes elsewhere build their own under the same lock.
         retrieval = run.config.retrieval.with_resolved_index_root()
-        # Dense backends: one query encoder per node, shared by the replicas there.
-        encoders = start_node_encoders(prefix, retrieval.dense) if retrieval.uses_dense else None
+        # Dense backends: one query encoder per node and encoder, shared by the replicas there
+        # (of every run that uses it), held here for the whole run.
+        encoders = None
+        if retrieval.uses_dense:
+            encoders, handles = start_node_encoders(retrieval.dense)
+            encoder_handles += handles
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
-                num_cpus=runtime.cpus_per_replica,
+                num_cpus=cpus,
                 max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
