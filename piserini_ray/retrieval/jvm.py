@@ -143,7 +143,7 @@ def jvm_max_heap_bytes() -> int:
 
 
 @contextmanager
-def _placeholder_openai_key() -> Iterator[None]:
+def placeholder_openai_key() -> Iterator[None]:
     had = "OPENAI_API_KEY" in os.environ
     if not had:
         os.environ["OPENAI_API_KEY"] = "placeholder-for-pyserini-import"
@@ -158,7 +158,7 @@ def import_lucene_searcher() -> type:
     """pyserini's `LuceneSearcher` class (slow import: it pulls torch and transformers)."""
     if _booted_heap is None:
         boot_jvm(os.environ.get("PISERINI_RAY_JVM_HEAP", "1g"))
-    with _placeholder_openai_key():
+    with placeholder_openai_key():
         from pyserini.search.lucene import LuceneSearcher
     return LuceneSearcher
 
@@ -166,6 +166,6 @@ def import_lucene_searcher() -> type:
 def import_faiss_searcher() -> type:
     """pyserini's `FaissSearcher` class (its package imports the Lucene side, hence the JVM)."""
     import_lucene_searcher()
-    with _placeholder_openai_key():
+    with placeholder_openai_key():
         from pyserini.search.faiss import FaissSearcher
     return FaissSearcher

@@ -198,6 +198,7 @@ def _execute(
         if retrieval.uses_dense:
             encoders, handles = start_node_encoders(retrieval.dense)
             encoder_handles += handles
+            log(f"query encoders ready on {len(encoders)} node(s) for {retrieval.describe()}")
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=cpus,
