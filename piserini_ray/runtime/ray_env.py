@@ -52,7 +52,10 @@ def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: No
     else:
         prepare_local_ray()
         num_cpus = runtime.num_cpus or os.cpu_count() or 1
+        # "local": a new instance, even where `ray start` (or a test cluster) left an address
+        # file that a bare ray.init() would attach to, and then refuse our num_cpus.
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             object_store_memory=runtime.object_store_mb * 2**20,
             include_dashboard=runtime.dashboard,

@@ -1,0 +1,150 @@
+"""Dense search at depth 1000 against its floor (FAISS alone) and against BM25 on the same
+queries; encoding throughput; memory of a process holding the encoder.
+
+Usage:
+    python bench/dense_search.py                     # the embedded sample
+    python bench/dense_search.py --corpus bench/out/corpus --docs 10000
+        # `bench/corpus.py`'s corpus, its first N documents (encoding all 100K takes ~40 min
+        # on 2 cores at ~40 passages/s)
+
+Per query, in one process and interleaved after a warm-up: the query encode (all-MiniLM-L6-v2
+in this process), FAISS alone (`IndexFlatIP.search` on the encoded vector: the floor), the
+`dense` backend's whole search (pyserini's `FaissSearcher`, ordinals and scores), the search
+tool over it (the formatted page the agent sees), the `hybrid` and `rerank` backends, and BM25
+at depth 1000. Prints a markdown table and appends it to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import append_results, header, percentile
+
+from piserini_ray.config import DenseConfig, RetrievalConfig, load_config
+from piserini_ray.data import load_benchmark
+from piserini_ray.data.loaders import jsonl_corpus
+from piserini_ray.retrieval import ensure_index
+from piserini_ray.retrieval.backends import open_backend
+from piserini_ray.retrieval.dense_index import build_dense_index
+from piserini_ray.retrieval.encoder import TextEncoder
+from piserini_ray.retrieval.searcher import open_searcher
+from piserini_ray.tools import ToolSession
+
+
+def _subset(corpus: Path, docs: int, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"corpus-{docs}.jsonl"
+    if not path.exists():
+        source = corpus / "corpus.jsonl" if corpus.is_dir() else corpus
+        with open(source, "rb") as f, open(path, "wb") as w:
+            for i, line in enumerate(f):
+                if i >= docs:
+                    break
+                w.write(line)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--corpus", type=Path, help="bench/corpus.py's folder (default: sample)")
+    parser.add_argument("--docs", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=100)
+    args = parser.parse_args()
+    config = load_config(None)
+    benchmark = load_benchmark(config.benchmark)
+    corpus = benchmark.corpus
+    label = "the embedded sample"
+    if args.corpus is not None:
+        corpus = jsonl_corpus(_subset(args.corpus, args.docs, Path("bench/out")), name="bench")
+        label = f"the first {args.docs} documents of {args.corpus}"
+    retrieval = config.retrieval
+    index = ensure_index(corpus, retrieval, print)
+    started = time.monotonic()
+    logs: list[str] = []
+    build_dense_index(index, DenseConfig(), log=logs.append)
+    built = time.monotonic() - started
+    encoder = TextEncoder(retrieval.dense)
+    bm25 = open_searcher(index, retrieval)
+    vectors: dict[str, np.ndarray] = {}
+
+    def encode(text: str) -> np.ndarray:
+        return vectors[text]
+
+    backends = {
+        name: open_backend(index, retrieval.for_backend(name), encode, bm25=bm25)
+        for name in ("dense", "hybrid", "rerank")
+    }
+    faiss_index = backends["dense"].index.searcher.index  # type: ignore[union-attr]
+    texts = [q.query for q in benchmark.queries][: args.queries]
+    times: dict[str, list[float]] = {
+        k: [] for k in ("encode", "faiss", "dense", "tool", "hybrid", "rerank", "bm25")
+    }
+    for round_ in range(2):  # the first round warms up
+        for text in texts:
+            t0 = time.perf_counter()
+            vectors[text] = encoder.encode_queries([text])[0]
+            t1 = time.perf_counter()
+            faiss_index.search(vectors[text].reshape(1, -1), 1000)
+            t2 = time.perf_counter()
+            backends["dense"].search(text)
+            t3 = time.perf_counter()
+            ToolSession(backends["dense"]).call("search", {"reason": "bench", "query": text})
+            t4 = time.perf_counter()
+            backends["hybrid"].search(text)
+            t5 = time.perf_counter()
+            backends["rerank"].search(text)
+            t6 = time.perf_counter()
+            bm25.search(text)
+            t7 = time.perf_counter()
+            if round_:
+                for key, value in zip(
+                    times,
+                    (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6),
+                    strict=True,
+                ):
+                    times[key].append(value * 1000)
+    docs = bm25.num_docs
+    lines = header(
+        f"Dense search at depth 1000 on {label}",
+        f"{docs} documents, {len(texts)} queries, all-MiniLM-L6-v2 on the CPU.",
+    )
+    lines += [
+        "| step (ms per query) | median | p95 |",
+        "|---|---:|---:|",
+    ]
+    names = {
+        "encode": "query encode (in process)",
+        "faiss": "FAISS alone (the floor)",
+        "dense": "dense backend search (FaissSearcher, ordinals)",
+        "tool": "search tool over dense (page formatted)",
+        "hybrid": "hybrid (BM25 + dense at 1000 each, RRF)",
+        "rerank": "rerank (BM25 top 1000 by stored vectors)",
+        "bm25": "BM25 alone, depth 1000",
+    }
+    for key, values in times.items():
+        lines.append(
+            f"| {names[key]} | {statistics.median(values):.2f} | {percentile(values, 0.95):.2f} |"
+        )
+    shards = [m for m in logs if "to encode" in m]
+    lines += [
+        "",
+        f"Index build: {built:.1f} s for {docs} documents"
+        + (
+            f" ({docs / built:.0f} passages/s, one process)"
+            if shards and "0 to encode" not in shards[0]
+            else " (found built)"
+        )
+        + f". Peak RSS of this process (JVM, BM25, FAISS, encoder): "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB.",
+    ]
+    append_results(lines)
+
+
+if __name__ == "__main__":
+    RetrievalConfig()  # fail fast on a broken install
+    main()
