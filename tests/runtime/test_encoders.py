@@ -1,15 +1,14 @@
 """Encoder actors on real Ray: batched query encoding, a dense index built by two encoder
-actors on a two-node cluster, and a dense run whose replicas use their node's encoder."""
+actors on a two-node cluster, and a dense run whose replicas use their node's encoder (the
+backends sweep runs in test_scheduler.py, on that module's Ray)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
-import yaml
 
 from piserini_ray.config import DenseConfig, load_config
 from piserini_ray.retrieval.encoder import TextEncoder
@@ -81,7 +80,7 @@ def test_a_dense_run_on_two_nodes_uses_each_nodes_encoder(
         {
             "retrieval.index_root": str(index_root),
             "retrieval.backend": "dense",
-            "slice.sample": 6,
+            "slice.sample": 4,
             "runtime.address": two_nodes.address,
             "runtime.replicas": 2,
             "runtime.cpus_per_replica": 0.5,
@@ -98,49 +97,3 @@ def test_a_dense_run_on_two_nodes_uses_each_nodes_encoder(
     rankings = [r for record in records for r in record["rankings"]]
     assert rankings and {r["backend"] for r in rankings} == {"dense"}
     assert all(len(r["docids"]) == 1000 for r in rankings)
-
-
-def test_the_backends_sweep_compares_them_at_matched_depth(
-    sample_index, dense_sample, index_root, tmp_path
-) -> None:
-    import subprocess
-
-    sweep = yaml.safe_load((ROOT / "configs" / "sweep_backends.yaml").read_text())
-    sweep["set"] |= {"retrieval.index_root": str(index_root), "slice.sample": 3}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "piserini_ray.cli",
-            "sweep",
-            str(path),
-            "--runs-root",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = (tmp_path / "backends" / "report.md").read_text()
-    section = report.split("## Retrieval backends at matched depth", 1)[1].split("\n## ", 1)[0]
-    rows = [
-        line
-        for line in section.splitlines()
-        if line.startswith("| 1000 |") or line.startswith("| 5 |")
-    ]
-    assert [tuple(c.strip() for c in r.split("|")[1:3]) for r in rows] == [
-        ("1000", "bm25"),
-        ("1000", "dense"),
-        ("1000", "hybrid"),
-        ("1000", "rerank"),
-        ("5", "bm25"),
-        ("5", "dense"),
-    ]
-    assert "## Paired comparison" in report and (tmp_path / "backends" / "depth.png").exists()
-    for run_dir in (tmp_path / "backends").glob("backend=*"):
-        backend = run_dir.name.split("-", 1)[0].split("=", 1)[1]
-        for line in (run_dir / "records.jsonl").read_bytes().splitlines():
-            assert {r["backend"] for r in orjson.loads(line)["rankings"]} <= {backend}

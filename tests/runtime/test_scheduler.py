@@ -11,11 +11,14 @@ from pathlib import Path
 import orjson
 import pytest
 import ray
+import yaml
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
 from piserini_ray.runtime import run_on_ray
 from piserini_ray.sweep import expand_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -229,3 +232,34 @@ def test_verdicts_are_written_as_each_arrives_on_ray(sample, tmp_path) -> None:
             judged.join(timeout=0.05)
         assert 5 in seen_while_judging  # five on disk while the sixth still hung
         assert len(store.judgements(config.judge_model().name)) == 6
+
+
+def test_the_backends_sweep_compares_them_at_matched_depth(
+    sample_index, dense_sample, index_root, tmp_path, capsys
+) -> None:
+    from piserini_ray.cli import main
+
+    sweep = yaml.safe_load((ROOT / "configs" / "sweep_backends.yaml").read_text())
+    sweep["set"] |= {"retrieval.index_root": str(index_root), "slice.sample": 2}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    assert main(["sweep", str(path), "--runs-root", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    # Six retrieval settings, six replicas, two CPUs: the reservation shrinks, none waits forever.
+    assert "6 searcher replicas on 2 CPUs: each reserves 0.333 CPU" in err
+    report = (tmp_path / "backends" / "report.md").read_text()
+    section = report.split("## Retrieval backends at matched depth", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith(("| 1000 |", "| 5 |"))]
+    assert [tuple(c.strip() for c in r.split("|")[1:3]) for r in rows] == [
+        ("1000", "bm25"),
+        ("1000", "dense"),
+        ("1000", "hybrid"),
+        ("1000", "rerank"),
+        ("5", "bm25"),
+        ("5", "dense"),
+    ]
+    assert "## Paired comparison" in report and (tmp_path / "backends" / "depth.png").exists()
+    for run_dir in (tmp_path / "backends").glob("backend=*"):
+        backend = run_dir.name.split("-", 1)[0].split("=", 1)[1]
+        for line in (run_dir / "records.jsonl").read_bytes().splitlines():
+            assert {r["backend"] for r in orjson.loads(line)["rankings"]} <= {backend}
