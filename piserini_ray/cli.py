@@ -236,12 +236,37 @@ def cmd_tune_bm25(args: argparse.Namespace) -> int:
         "heatmap.png, best.yaml"
     )
     print(f"best: k1={best.k1:g} b={best.b:g}")
+    if args.backends:
+        _backends_at_best(config, best.k1, best.b, out)
     return 0
+
+
+def _backends_at_best(config: RunConfig, k1: float, b: float, out: Path) -> None:
+    """Every backend's no-LLM floor at the grid's best BM25 (hybrid and rerank use it too),
+    printed and written to `backends.md` beside the grid."""
+    from piserini_ray.config import BM25Params
+    from piserini_ray.report.tuning import backends_table
+    from piserini_ray.tuning import evaluate_backends
+
+    retrieval = config.retrieval.model_copy(update={"bm25": BM25Params(k1=k1, b=b)})
+    config = config.model_copy(update={"retrieval": retrieval})
+    benchmark = load_benchmark(config.benchmark)
+    index = _index(config, benchmark, dense=True)
+    queries = benchmark.select(**config.slice.model_dump())
+    results = evaluate_backends(index, retrieval, queries, benchmark, list(BACKENDS))
+    title = (
+        f"No-LLM floor of every backend at the best BM25 (k1={k1:g} b={b:g}), depth "
+        f"{retrieval.depth}, {len(queries)} queries; dense: {_encoder_label(config)}"
+    )
+    table = "\n".join([title, "", *backends_table(results)])
+    (out / "backends.md").write_text(table + "\n")
+    print(table)
 
 
 def cmd_retrieval_eval(args: argparse.Namespace) -> int:
     """The no-LLM floor: the raw questions ranked by every backend (or `--backend`) at the
     configured depth, recall@k, nDCG@10 and MAP side by side."""
+    from piserini_ray.report.tuning import backends_table
     from piserini_ray.tuning import evaluate_backends
 
     config = _config(args)
@@ -260,15 +285,7 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> int:
             else ""
         )
     )
-    metrics = list(results[0].metrics)
-    width = max(len(m) for m in metrics)
-    print(f"  {'':{width}}  " + "  ".join(f"{r.backend:>8}" for r in results))
-    for name in metrics:
-        cells = [r.metrics[name] for r in results]
-        print(
-            f"  {name:{width}}  "
-            + "  ".join("     n/a" if v is None else f"{100 * v:7.2f}%" for v in cells)
-        )
+    print("\n".join(backends_table(results)))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         bm25 = retrieval.bm25
@@ -645,6 +662,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", default="evidence_recall@1000")
     p.add_argument("--replicas", type=int, help="searcher replicas (default: runtime.replicas)")
     p.add_argument("--out", type=Path, help="default: runs/tune-bm25-<benchmark>")
+    p.add_argument(
+        "--backends",
+        action="store_true",
+        help="then every backend's floor at the best cell (builds the dense index if missing)",
+    )
     p.set_defaults(func=cmd_tune_bm25)
     p = add("retrieval-eval", "No-LLM floor of every backend: recall@k, nDCG@10, MAP.")
     p.add_argument("--out", type=Path, help="also write run.trec and retrieval_eval.json here")

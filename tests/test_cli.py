@@ -226,3 +226,26 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     pairs = [(manifest_config(d), d) for d in runs.values()]
     _report(pairs, judge=False, out=combined, reference=first)
     assert f"| {runs['offline/long-horizon']} | 30 |" in (combined / "report.md").read_text()
+
+
+def test_retrieval_eval_prints_every_backend_side_by_side(
+    capsys, sample, searcher, dense_sample: Path, index_root: Path, tmp_path: Path
+) -> None:
+    from piserini_ray.cli import main
+    from piserini_ray.tuning import score_rankings
+
+    out = tmp_path / "eval"
+    assert main(["retrieval-eval", "--index-root", str(index_root), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["bm25", "dense", "hybrid", "rerank"]
+    scores = orjson.loads((out / "retrieval_eval.json").read_bytes())
+    assert list(scores) == ["bm25", "dense", "hybrid", "rerank"]
+    # The BM25 column is the plain searcher's rankings scored independently of the command.
+    rankings = {q.query_id: [d for d, _ in searcher.search_docids(q.query)] for q in sample.queries}
+    assert scores["bm25"] == score_rankings(
+        rankings, sample, depths=(5, 10, 20, 50, 100, 200, 500, 1000)
+    )
+    ndcg = next(line for line in lines if line.strip().startswith("ndcg@10")).split()
+    assert ndcg[1:] == [f"{100 * scores[b]['ndcg@10']:.2f}%" for b in scores]
+    trec = (out / "run.dense.trec").read_text().splitlines()
+    assert len(trec) == 1000 * len(sample.queries) and trec[0].endswith(" dense")

@@ -11,7 +11,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from piserini_ray.tuning import OBJECTIVES, PYSERINI_DEFAULT, CellResult, best_cell
+from piserini_ray.tuning import (
+    OBJECTIVES,
+    PYSERINI_DEFAULT,
+    BackendScores,
+    CellResult,
+    best_cell,
+)
 
 
 def write_grid_outputs(cells: Sequence[CellResult], objective: str, folder: Path) -> CellResult:
@@ -87,3 +93,17 @@ def _heatmap(cells: Sequence[CellResult], objective: str, best: CellResult, path
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def backends_table(results: Sequence[BackendScores]) -> list[str]:
+    """Backends side by side (columns), one metric a row, in percent."""
+    metrics = list(results[0].metrics)
+    width = max(len(m) for m in metrics)
+    lines = [f"  {'':{width}}  " + "  ".join(f"{r.backend:>8}" for r in results)]
+    for name in metrics:
+        cells = [r.metrics[name] for r in results]
+        lines.append(
+            f"  {name:{width}}  "
+            + "  ".join("     n/a" if v is None else f"{100 * v:7.2f}%" for v in cells)
+        )
+    return lines

@@ -89,7 +89,7 @@ def test_a_dense_run_on_two_nodes_uses_each_nodes_encoder(
     )
     logs: list[str] = []
     (summary,) = run_on_ray([(config, tmp_path / "run")], logs.append)
-    assert summary.statuses == {"completed": 6}
+    assert summary.statuses == {"completed": 4}
     assert any("query encoders ready on 2 node(s)" in m for m in logs), logs
     assert any("2 searcher replica(s) ready on 2 node(s)" in m for m in logs), logs
     lines = (tmp_path / "run" / "records.jsonl").read_bytes().splitlines()

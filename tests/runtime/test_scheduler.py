@@ -263,3 +263,39 @@ def test_the_backends_sweep_compares_them_at_matched_depth(
         backend = run_dir.name.split("-", 1)[0].split("=", 1)[1]
         for line in (run_dir / "records.jsonl").read_bytes().splitlines():
             assert {r["backend"] for r in orjson.loads(line)["rankings"]} <= {backend}
+
+
+def test_tune_bm25_puts_every_backend_floor_beside_the_best_cell(
+    sample_index, dense_sample, index_root, tmp_path, capsys
+) -> None:
+    from piserini_ray.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"retrieval: {{index_root: '{index_root}'}}\nslice: {{sample: 12}}\n")
+    out = tmp_path / "grid"
+    assert (
+        main(
+            [
+                "tune-bm25",
+                str(config),
+                "--k1",
+                "0.9,25",
+                "--b",
+                "1.0",
+                "--out",
+                str(out),
+                "--backends",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    table = (out / "backends.md").read_text()
+    assert table.splitlines()[0].startswith("No-LLM floor of every backend at the best BM25")
+    header = table.splitlines()[2].split()
+    assert header == ["bm25", "dense", "hybrid", "rerank"] and table in printed + "\n"
+    # The table's BM25 column is the best cell's own figures.
+    best = [orjson.loads(x) for x in (out / "cells.jsonl").read_bytes().splitlines()]
+    chosen = max(best, key=lambda c: c["metrics"]["evidence_recall@1000"])
+    row = next(line for line in table.splitlines() if "evidence_recall@1000" in line).split()
+    assert row[1] == f"{100 * chosen['metrics']['evidence_recall@1000']:.2f}%"
