@@ -3,9 +3,10 @@ queries; encoding throughput; memory of a process holding the encoder.
 
 Usage:
     python bench/dense_search.py                     # the embedded sample
-    python bench/dense_search.py --corpus bench/out/corpus --docs 10000
-        # `bench/corpus.py`'s corpus, its first N documents (encoding all 100K takes ~40 min
-        # on 2 cores at ~40 passages/s)
+    python bench/corpus.py --docs 10000 --queries 200 --out bench/out/corpus10k
+    python bench/dense_search.py --config bench/out/corpus10k/config.yaml
+        # a BrowseComp-shaped corpus of 10K documents (the full 100K would take hours to
+        # encode on 2 cores: its documents are long, each encoded up to doc_max_length)
 
 Per query, in one process and interleaved after a warm-up: the query encode (all-MiniLM-L6-v2
 in this process), FAISS alone (`IndexFlatIP.search` on the encoded vector: the floor), the
@@ -25,48 +26,30 @@ from pathlib import Path
 import numpy as np
 from _common import append_results, header, percentile
 
-from piserini_ray.config import DenseConfig, RetrievalConfig, load_config
+from piserini_ray.config import RetrievalConfig, load_config
 from piserini_ray.data import load_benchmark
-from piserini_ray.data.loaders import jsonl_corpus
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import open_backend
-from piserini_ray.retrieval.dense_index import build_dense_index
+from piserini_ray.retrieval.dense_index import build_dense_index, find_dense_index
 from piserini_ray.retrieval.encoder import TextEncoder
 from piserini_ray.retrieval.searcher import open_searcher
 from piserini_ray.tools import ToolSession
 
 
-def _subset(corpus: Path, docs: int, out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"corpus-{docs}.jsonl"
-    if not path.exists():
-        source = corpus / "corpus.jsonl" if corpus.is_dir() else corpus
-        with open(source, "rb") as f, open(path, "wb") as w:
-            for i, line in enumerate(f):
-                if i >= docs:
-                    break
-                w.write(line)
-    return path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--corpus", type=Path, help="bench/corpus.py's folder (default: sample)")
-    parser.add_argument("--docs", type=int, default=10_000)
+    parser.add_argument("--config", type=Path, help="a run config (default: the sample)")
     parser.add_argument("--queries", type=int, default=100)
     args = parser.parse_args()
-    config = load_config(None)
+    config = load_config(args.config)
     benchmark = load_benchmark(config.benchmark)
     corpus = benchmark.corpus
-    label = "the embedded sample"
-    if args.corpus is not None:
-        corpus = jsonl_corpus(_subset(args.corpus, args.docs, Path("bench/out")), name="bench")
-        label = f"the first {args.docs} documents of {args.corpus}"
+    label = "the embedded sample" if args.config is None else str(args.config)
     retrieval = config.retrieval
     index = ensure_index(corpus, retrieval, print)
+    found = find_dense_index(index, retrieval.dense) is not None
     started = time.monotonic()
-    logs: list[str] = []
-    build_dense_index(index, DenseConfig(), log=logs.append)
+    build_dense_index(index, retrieval.dense)
     built = time.monotonic() - started
     encoder = TextEncoder(retrieval.dense)
     bm25 = open_searcher(index, retrieval)
@@ -130,15 +113,10 @@ def main() -> None:
         lines.append(
             f"| {names[key]} | {statistics.median(values):.2f} | {percentile(values, 0.95):.2f} |"
         )
-    shards = [m for m in logs if "to encode" in m]
+    build = " (found built)" if found else f" ({docs / built:.0f} passages/s, one process)"
     lines += [
         "",
-        f"Index build: {built:.1f} s for {docs} documents"
-        + (
-            f" ({docs / built:.0f} passages/s, one process)"
-            if shards and "0 to encode" not in shards[0]
-            else " (found built)"
-        )
+        f"Index build: {built:.1f} s for {docs} documents{build}"
         + f". Peak RSS of this process (JVM, BM25, FAISS, encoder): "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB.",
     ]

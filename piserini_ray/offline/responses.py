@@ -138,9 +138,15 @@ class PrefixCache:
             if digest in self._prefixes:
                 seen = total
             self._prefixes[digest] = total
-        if seen < MIN_CACHED_TOKENS:
-            return total, 0
-        return total, MIN_CACHED_TOKENS + (seen - MIN_CACHED_TOKENS) // CACHE_STEP * CACHE_STEP
+        return total, openai_cached(seen)
+
+
+def openai_cached(shared: int) -> int:
+    """What OpenAI bills as cached for a shared prefix of `shared` tokens: nothing under 1,024,
+    then the largest 1,024 + k * 128 that fits (its Chat Completions and Responses alike)."""
+    if shared < MIN_CACHED_TOKENS:
+        return 0
+    return MIN_CACHED_TOKENS + (shared - MIN_CACHED_TOKENS) // CACHE_STEP * CACHE_STEP
 
 
 def output_items(reply: PolicyReply, reasoning: str, signer: Signer) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ user, typically); `cached_tokens` is the token count of the longest leading run 
 messages...) shared with the most recent earlier successful request of that conversation. A
 first request still hits the cache for tools + system message when any earlier request of the
 same model started the same way (the shared system prompt, as on a real provider). The reply
-priming is never cached, so `cached_tokens < prompt_tokens` always holds.
+priming is never cached, so `cached_tokens < prompt_tokens` always holds. On the OpenAI route
+the shared prefix is billed in OpenAI's steps (none under 1,024 tokens, then multiples of 128
+above that, as on the Responses route); on DeepSeek's, whole messages (its prefix units).
 """
 
 from __future__ import annotations
@@ -345,7 +347,10 @@ class _App:
             message["reasoning_content"] = reasoning_text(reply)
             reasoning = count_text_tokens(message["reasoning_content"])
         completion_tokens = count_completion_tokens(content, tool_calls) + reasoning
-        record.conversation, cached_tokens = self._prefix_cache(model, messages, tools)
+        record.conversation, shared = self._prefix_cache(model, messages, tools)
+        # OpenAI counts a cache hit in steps (1,024 tokens, then 128 more at a time); DeepSeek
+        # hits whole prefix units, which are the messages here.
+        cached_tokens = shared if deepseek_dialect else responses.openai_cached(shared)
         record.usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
         if window_entry is not None:
             with self.lock:

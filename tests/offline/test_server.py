@@ -256,32 +256,53 @@ def test_tokenizer_loads_without_network() -> None:
     assert result.stdout.strip() == "2"
 
 
+#: A system prompt long enough (> 1,024 tokens) for OpenAI to cache at all.
+LONG_SYSTEM = "You answer with the search tool and cite the documents you read. " * 120
+
+
+def billed_steps(shared: int) -> int:
+    """OpenAI's published rule, written out here independently of the emulator."""
+    return 0 if shared < 1024 else 1024 + (shared - 1024) // 128 * 128
+
+
 def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider) -> None:
-    first = post(provider, chat_body()).json()
+    def convo(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
+        return [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]
+
+    first = post(provider, chat_body(convo())).json()
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     history = [
-        *conversation(),
+        *convo(),
         {"role": "assistant", "content": None, "tool_calls": [tool_call("call_x")]},
         {"role": "tool", "tool_call_id": "call_x", "content": "The Louvre is in Paris."},
     ]
     second = post(provider, chat_body(history)).json()["usage"]
-    # The tools lead the cacheable prefix, as on real providers.
+    # The tools lead the cacheable prefix, as on real providers; hits are billed in steps.
     tools = count_text_tokens(json.dumps([SEARCH_TOOL], separators=(",", ":")))
-    shared = tools + sum(count_message_tokens(m) for m in conversation())
-    assert second["prompt_tokens_details"]["cached_tokens"] == shared
+    shared = tools + sum(count_message_tokens(m) for m in convo())
+    assert shared > 1024 and shared % 128 != 0  # so the step rounds something off
+    assert second["prompt_tokens_details"]["cached_tokens"] == billed_steps(shared) < shared
     assert 0 < shared < second["prompt_tokens"]
     third = post(provider, chat_body([*history, {"role": "user", "content": "More?"}])).json()
     cached = tools + sum(count_message_tokens(m) for m in history)
-    assert third["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+    assert third["usage"]["prompt_tokens_details"]["cached_tokens"] == billed_steps(cached)
     # A new conversation with the same tools and system prompt hits that shared head only.
-    other = post(provider, chat_body(conversation("Where is the Prado?"))).json()
-    head = tools + count_message_tokens(conversation()[0])
-    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == head
-    changed = [{"role": "system", "content": "Another prompt."}, conversation()[1]]
+    other = post(provider, chat_body(convo("Where is the Prado?"))).json()
+    head = tools + count_message_tokens(convo()[0])
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == billed_steps(head)
+    changed = [{"role": "system", "content": "Another prompt. " + LONG_SYSTEM}, convo()[1]]
     fresh = post(provider, chat_body(changed)).json()
     assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     conversations = {r.conversation for r in provider.requests}
     assert len(conversations) == 3
+
+
+def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: OfflineProvider) -> None:
+    post(provider, chat_body())
+    history = [*conversation(), {"role": "assistant", "content": "Paris."}]
+    again = post(provider, chat_body([*history, {"role": "user", "content": "And?"}])).json()
+    assert again["usage"]["prompt_tokens"] < 1024
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
 def test_prefix_caching_can_be_disabled() -> None:
