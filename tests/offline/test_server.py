@@ -69,11 +69,10 @@ def agent_policy(request: dict[str, Any]) -> PolicyReply:
 POLICIES = {AGENT: agent_policy, "offline/exact-match-judge": exact_match_judge_policy}
 
 
-def conversation(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
-    return [
-        {"role": "system", "content": "You answer with the search tool."},
-        {"role": "user", "content": question},
-    ]
+def conversation(
+    question: str = "Where is the Louvre?", system: str = "You answer with the search tool."
+) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
 def tool_call(call_id: str) -> dict[str, Any]:
@@ -267,7 +266,7 @@ def billed_steps(shared: int) -> int:
 
 def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider) -> None:
     def convo(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
-        return [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]
+        return conversation(question, LONG_SYSTEM)
 
     first = post(provider, chat_body(convo())).json()
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
@@ -630,23 +629,24 @@ def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
             num_retries=0,
         )
 
-    first = asyncio.run(call(conversation()))
+    long = conversation(system=LONG_SYSTEM)  # over 1,024 tokens: OpenAI caches it
+    first = asyncio.run(call(long))
     (call_1,) = first.choices[0].message.tool_calls
     assert call_1.function.name == "search"
     assert json.loads(call_1.function.arguments)["reason"] == "look it up"
     assert first.choices[0].finish_reason == "tool_calls"
-    assert first.usage.prompt_tokens == count_prompt_tokens(conversation(), [SEARCH_TOOL])
+    assert first.usage.prompt_tokens == count_prompt_tokens(long, [SEARCH_TOOL])
     assert first.usage.prompt_tokens_details.cached_tokens == 0
     history = [
-        *conversation(),
+        *long,
         {"role": "assistant", "content": None, "tool_calls": [tool_call(call_1.id)]},
         {"role": "tool", "tool_call_id": call_1.id, "content": "The Louvre is in Paris."},
     ]
     second = asyncio.run(call(history))
     assert second.choices[0].message.content.endswith("Exact Answer: Paris")
     tools = count_text_tokens(json.dumps([SEARCH_TOOL], separators=(",", ":")))
-    shared = tools + sum(count_message_tokens(m) for m in conversation())
-    assert second.usage.prompt_tokens_details.cached_tokens == shared
+    shared = tools + sum(count_message_tokens(m) for m in long)
+    assert second.usage.prompt_tokens_details.cached_tokens == billed_steps(shared) > 0
     assert provider.requests[0].key_hash == key_hash("test-key")
 
 
