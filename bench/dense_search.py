@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from _common import append_results, header, percentile
 
-from piserini_ray.config import RetrievalConfig, load_config
+from piserini_ray.config import RetrievalConfig, RunConfig, load_config
 from piserini_ray.data import load_benchmark
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import open_backend
@@ -40,6 +40,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", type=Path, help="a run config (default: the sample)")
     parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="also the memory of a BM25 replica, a dense replica "
+        "and the node's encoder actor on a local Ray",
+    )
     args = parser.parse_args()
     config = load_config(args.config)
     benchmark = load_benchmark(config.benchmark)
@@ -120,7 +126,47 @@ def main() -> None:
         + f". Peak RSS of this process (JVM, BM25, FAISS, encoder): "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB.",
     ]
+    if args.ray:
+        lines += ["", *ray_memory(config)]
     append_results(lines)
+
+
+def _private_mb(pid: int) -> tuple[float, float]:
+    """(private, proportional) resident MB of a process, from /proc smaps_rollup."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        fields[name] = int(value.split()[0])
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return private / 1024, fields.get("Pss", 0) / 1024
+
+
+def ray_memory(config: RunConfig) -> list[str]:
+    """A BM25 replica, a dense replica and the node's encoder actor, each once ready."""
+    import ray
+
+    from piserini_ray.runtime.encoders import start_node_encoders
+    from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
+    from piserini_ray.runtime.worker import SearchWorker
+
+    start_ray(config.runtime.model_copy(update={"num_cpus": 2}))
+    retrieval = config.retrieval.with_resolved_index_root()
+    dense = retrieval.for_backend("dense")
+    names, handles = start_node_encoders(dense.dense)
+    options = {"num_cpus": 0.5, "runtime_env": {"env_vars": JVM_SAFE_ENV}}
+    bm25 = SearchWorker.options(**options).remote(config.benchmark, retrieval)  # type: ignore[attr-defined]
+    replica = SearchWorker.options(**options).remote(config.benchmark, dense, names)  # type: ignore[attr-defined]
+    pids = {
+        "BM25 replica": ray.get(bm25.info.remote())["pid"],
+        "dense replica (FAISS index, no model)": ray.get(replica.info.remote())["pid"],
+        "encoder actor (the node's model)": ray.get(handles[0].info.remote())["pid"],
+    }
+    rows = ["| process (ready, idle) | private MB | PSS MB |", "|---|---:|---:|"]
+    for label, pid in pids.items():
+        private, pss = _private_mb(pid)
+        rows.append(f"| {label} | {private:.0f} | {pss:.0f} |")
+    ray.shutdown()
+    return rows
 
 
 if __name__ == "__main__":

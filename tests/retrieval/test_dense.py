@@ -137,7 +137,8 @@ def test_rerank_interpolated_with_bm25(sample, backends, dense_sample, searcher)
     )
     query = sample.queries[0].query
     bm25 = dict(searcher.search_docids(query, 1000))
-    cosine = {d: float(vectors[searcher.ordinal(d)] @ rerank.encode_query(query)) for d in bm25}
+    vector = rerank.encode_query(query)
+    cosine = {d: float(vectors[searcher.ordinal(d)] @ vector) for d in bm25}
     nb, nc = _minmax(bm25), _minmax(cosine)
     expected = {d: 0.5 * nc[d] + 0.5 * nb[d] for d in bm25}
     assert [d for d, _ in rerank.search_docids(query)] == _by_score_then_docid(expected, 1000)

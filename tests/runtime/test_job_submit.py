@@ -74,11 +74,12 @@ def _processes_of(marker: str) -> set[int]:
 
 def _stop_processes(marker: str) -> None:
     pids = _processes_of(marker)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    # A few seconds to exit cleanly, then SIGKILL (some of Ray's helpers ignore SIGTERM).
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 30)):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        end = time.monotonic() + 30
+        end = time.monotonic() + grace
         while time.monotonic() < end and any(_alive(pid) for pid in pids):
             time.sleep(0.2)
 

