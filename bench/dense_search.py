@@ -68,7 +68,7 @@ def main() -> None:
         name: open_backend(index, retrieval.for_backend(name), encode, bm25=bm25)
         for name in ("dense", "hybrid", "rerank")
     }
-    faiss_index = backends["dense"].index.searcher.index  # type: ignore[union-attr]
+    faiss_index = backends["dense"].index.index  # type: ignore[union-attr]
     texts = [q.query for q in benchmark.queries][: args.queries]
     times: dict[str, list[float]] = {
         k: [] for k in ("encode", "faiss", "dense", "tool", "hybrid", "rerank", "bm25")

@@ -181,17 +181,27 @@ def _check_prebuilt(path: Path) -> Path:
 
 
 class DenseIndex:
-    """A dense index opened with pyserini's `FaissSearcher`, ranking docstore ordinals."""
+    """A dense index in pyserini's layout, ranking docstore ordinals.
+
+    Searched as pyserini's `FaissSearcher.search` searches it (the same `faiss.read_index`, the
+    same `index.search`, hits of row -1 dropped), and tested equal to it; but without importing
+    pyserini's FAISS module, which pulls torch and transformers into every replica (a dense
+    replica would hold twice a BM25 one's memory for a model it never runs).
+    """
 
     def __init__(self, path: Path, docstore: Docstore) -> None:
-        from piserini_ray.retrieval.jvm import import_faiss_searcher
+        import faiss
 
         self.path = path
-        # No query encoder: ours run elsewhere (encoder actors) and hand FAISS the vectors.
-        self.searcher: Any = import_faiss_searcher()(str(path), query_encoder=None)
-        self._ordinal_of = docstore.ordinal
-        self.dim = int(self.searcher.dimension)
-        rows = self.searcher.docids
+        self.index: Any = faiss.read_index(str(path / "index"))
+        self.dim = int(self.index.d)
+        with open(path / "docid") as f:  # FaissSearcher.load_docids
+            rows = [line.rstrip() for line in f]
+        if len(rows) != self.index.ntotal:
+            raise IndexBuildError(
+                f"dense index {path} has {self.index.ntotal} vectors but {len(rows)} docids: "
+                "the folder is damaged; rebuild it"
+            )
         unknown = [d for d in rows if d not in docstore.ordinal]
         if unknown:
             raise IndexBuildError(
@@ -207,7 +217,7 @@ class DenseIndex:
 
     @property
     def num_vectors(self) -> int:
-        return int(self.searcher.num_docs)
+        return int(self.index.ntotal)
 
     def search(self, vector: np.ndarray, k: int) -> Ranking:
         """The `k` nearest documents by inner product (cosine on normalised vectors)."""
@@ -217,12 +227,9 @@ class DenseIndex:
                 f"{self.path} holds {self.dim}-dim ones: use the encoder the index was built with"
             )
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        hits = self.searcher.search(query, k=min(k, self.num_vectors))
-        ordinals = np.fromiter(
-            (self._ordinal_of[h.docid] for h in hits), dtype=np.int32, count=len(hits)
-        )
-        scores = np.fromiter((h.score for h in hits), dtype=np.float32, count=len(hits))
-        return Ranking(ordinals, scores)
+        distances, rows = self.index.search(query, min(k, self.num_vectors))
+        found = rows[0] != -1
+        return Ranking(self.row_to_ordinal[rows[0][found]], distances[0][found].astype(np.float32))
 
     def vectors(self, ordinals: np.ndarray) -> np.ndarray:
         """The stored vectors of these documents (zeros for one the index lacks)."""
@@ -231,7 +238,7 @@ class DenseIndex:
         present = rows >= 0
         if present.any():
             try:
-                out[present] = self.searcher.index.reconstruct_batch(rows[present])
+                out[present] = self.index.reconstruct_batch(rows[present])
             except RuntimeError as e:
                 raise IndexBuildError(
                     f"dense index {self.path} cannot return stored vectors ({e}); reranking "

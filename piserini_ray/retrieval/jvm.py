@@ -164,7 +164,8 @@ def import_lucene_searcher() -> type:
 
 
 def import_faiss_searcher() -> type:
-    """pyserini's `FaissSearcher` class (its package imports the Lucene side, hence the JVM)."""
+    """pyserini's `FaissSearcher` class, for comparisons in tests only (its package imports the
+    Lucene side, hence the JVM, and torch)."""
     import_lucene_searcher()
     with placeholder_openai_key():
         from pyserini.search.faiss import FaissSearcher

@@ -38,7 +38,7 @@ def backends(sample_index: Path, dense_sample: Path, searcher, encoder):
 
 def _stored_vectors(dense_sample: Path, searcher) -> np.ndarray:
     index = DenseIndex(dense_sample, searcher.docstore)
-    return index.searcher.index.reconstruct_n(0, index.num_vectors)
+    return index.index.reconstruct_n(0, index.num_vectors)
 
 
 def test_our_encoder_gives_pyserinis_vectors(sample, encoder, searcher) -> None:
@@ -84,6 +84,17 @@ def test_faiss_search_equals_brute_force_numpy(sample, backends, dense_sample, s
         np.testing.assert_allclose(ranking.scores, expected, atol=1e-5)
         np.testing.assert_allclose(scores[ranking.ordinals], ranking.scores, atol=1e-5)
         assert ranking.ordinals[0] == int(np.argmax(scores))
+
+
+def test_dense_search_equals_pyserinis_faiss_searcher(sample, backends, dense_sample) -> None:
+    from piserini_ray.retrieval.jvm import import_faiss_searcher
+
+    theirs = import_faiss_searcher()(str(dense_sample), query_encoder=None)
+    dense = backends["dense"]
+    for query in sample.queries[:QUERIES]:
+        vector = dense.encode_query(query.query).reshape(1, -1)
+        expected = [(h.docid, float(h.score)) for h in theirs.search(vector, k=1000)]
+        assert dense.search_docids(query.query) == expected
 
 
 def _by_score_then_docid(scores: dict[str, float], k: int) -> list[str]:
@@ -200,7 +211,7 @@ def test_a_half_built_dense_index_resumes_at_the_first_missing_shard(
     # The resumed index equals one built in one go.
     from piserini_ray.retrieval.docstore import Docstore
 
-    vectors = DenseIndex(path, Docstore(index)).searcher.index.reconstruct_n(0, 40)
+    vectors = DenseIndex(path, Docstore(index)).index.reconstruct_n(0, 40)
     texts = [Docstore(index).contents(o) for o in range(40)]
     np.testing.assert_allclose(vectors, TextEncoder(dense).encode_documents(texts), atol=2e-5)
 

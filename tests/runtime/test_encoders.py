@@ -65,7 +65,7 @@ def test_two_encoder_actors_on_two_nodes_build_the_dense_index(two_nodes, small_
     assert any("2 encoder actor(s) on 2 node(s)" in m for m in logs), logs
     assert any("shard 8/8 encoded" in m for m in logs)
     docstore = Docstore(index)
-    stored = DenseIndex(path, docstore).searcher.index.reconstruct_n(0, len(docstore))
+    stored = DenseIndex(path, docstore).index.reconstruct_n(0, len(docstore))
     texts = [docstore.contents(o) for o in range(len(docstore))]
     np.testing.assert_allclose(stored, TextEncoder(dense).encode_documents(texts), atol=2e-5)
 
