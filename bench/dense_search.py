@@ -10,7 +10,8 @@ Usage:
 
 Per query, in one process and interleaved after a warm-up: the query encode (all-MiniLM-L6-v2
 in this process), FAISS alone (`IndexFlatIP.search` on the encoded vector: the floor), the
-`dense` backend's whole search (pyserini's `FaissSearcher`, ordinals and scores), the search
+`dense` backend's whole search (FAISS as pyserini's `FaissSearcher` searches it, to ordinals
+and scores), the search
 tool over it (the formatted page the agent sees), the `hybrid` and `rerank` backends, and BM25
 at depth 1000. Prints a markdown table and appends it to bench/RESULTS.md.
 """
@@ -109,7 +110,7 @@ def main() -> None:
     names = {
         "encode": "query encode (in process)",
         "faiss": "FAISS alone (the floor)",
-        "dense": "dense backend search (FaissSearcher, ordinals)",
+        "dense": "dense backend search (ordinals, scores)",
         "tool": "search tool over dense (page formatted)",
         "hybrid": "hybrid (BM25 + dense at 1000 each, RRF)",
         "rerank": "rerank (BM25 top 1000 by stored vectors)",
