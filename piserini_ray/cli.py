@@ -32,7 +32,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         overrides["retrieval.bm25.k1"] = args.k1
     if getattr(args, "b", None) is not None:
         overrides["retrieval.bm25.b"] = args.b
-    if getattr(args, "backend", None) is not None and args.func is not cmd_retrieval_eval:
+    if getattr(args, "backend", None) is not None:
         overrides["retrieval.backend"] = args.backend
     if getattr(args, "preset", None) is not None:
         overrides["retrieval.preset"] = args.preset
@@ -279,24 +279,17 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> int:
     print(
         f"raw questions, {len(queries)} queries, depth {retrieval.depth}; BM25 "
         f"k1={retrieval.bm25.k1:g} b={retrieval.bm25.b:g}"
-        + (
-            f"; dense: {_encoder_label(config)}"
-            if len(backends) > 1 or backends != ["bm25"]
-            else ""
-        )
+        + (f"; dense: {_encoder_label(config)}" if backends != ["bm25"] else "")
     )
     print("\n".join(backends_table(results)))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
+        from piserini_ray.report.export import write_trec
+
         bm25 = retrieval.bm25
         for r in results:
             tag = f"bm25-k1={bm25.k1:g}-b={bm25.b:g}" if r.backend == "bm25" else r.backend
-            lines = [
-                f"{qid} Q0 {d} {rank} {len(docs) - rank + 1} {tag}"
-                for qid, docs in r.rankings.items()
-                for rank, d in enumerate(docs, start=1)
-            ]
-            (args.out / f"run.{r.backend}.trec").write_text("\n".join(lines) + "\n")
+            write_trec(r.rankings, args.out / f"run.{r.backend}.trec", tag)
         scores = {r.backend: r.metrics for r in results}
         (args.out / "retrieval_eval.json").write_text(orjson_dumps(scores))
         print(f"wrote run.<backend>.trec and retrieval_eval.json in {args.out}")

@@ -228,12 +228,9 @@ def ensure_dense_index(index: Path, retrieval: RetrievalConfig, log: Log) -> Pat
     up (`piserini-ray index --backend dense` starts it), else in this process."""
     import ray
 
-    from piserini_ray.retrieval.dense_index import build_dense_index, find_dense_index
+    from piserini_ray.retrieval.dense_index import build_dense_index
 
-    found = find_dense_index(index, retrieval.dense)
-    if found is not None:
-        return found
-    encode = None
+    encode = None  # (encoder actors start only if a shard is missing)
     if ray.is_initialized():
         from piserini_ray.runtime.encoders import ray_shard_encoder
 

@@ -95,15 +95,20 @@ def evaluate_backends(
 ) -> list[BackendScores]:
     """Each backend's floor on the same queries at the configured depth; one BM25 searcher
     and one query encoder serve them all (each query is encoded once)."""
-    from piserini_ray.retrieval.backends import local_query_encoder, open_backend
+    from piserini_ray.retrieval.backends import QueryEncoder, local_query_encoder, open_backend
     from piserini_ray.retrieval.searcher import open_searcher
 
     bm25 = open_searcher(index_dir, retrieval)
-    vectors: dict[str, np.ndarray] = {}
-    encode = None
+    encode: QueryEncoder | None = None
     if any(b != "bm25" for b in backends):
         model = local_query_encoder(retrieval)
-        encode = lambda text: vectors.setdefault(text, model(text))  # noqa: E731
+        vectors: dict[str, np.ndarray] = {}
+
+        def encode(text: str) -> np.ndarray:
+            if text not in vectors:  # (setdefault would run the model every time)
+                vectors[text] = model(text)
+            return vectors[text]
+
     out = []
     for backend in backends:
         searcher = open_backend(index_dir, retrieval.for_backend(backend), encode, bm25=bm25)

@@ -211,13 +211,15 @@ def export_trec(rankings: dict[str, list[RankingLog]], out: Path, tag: str) -> l
         "first-search.trec": {q: s[0].docids for q, s in rankings.items() if s},
         "merged.trec": {q: merged_ranking(s) for q, s in rankings.items() if s},
     }
-    paths = []
-    for name, ranked in runs.items():
-        lines = [
-            f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}"
-            for qid, docids in sorted(ranked.items())
-            for rank, docid in enumerate(docids, start=1)
-        ]
-        (out / name).write_text("\n".join(lines) + "\n")
-        paths.append(out / name)
-    return paths
+    return [write_trec(dict(sorted(r.items())), out / name, tag) for name, r in runs.items()]
+
+
+def write_trec(ranked: dict[str, list[str]], path: Path, tag: str) -> Path:
+    """A TREC run file: `qid Q0 docid rank score tag`, scores descending by rank."""
+    lines = [
+        f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}"
+        for qid, docids in ranked.items()
+        for rank, docid in enumerate(docids, start=1)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -26,7 +26,7 @@ import numpy as np
 
 from piserini_ray.config import RetrievalConfig
 from piserini_ray.retrieval.dense_index import DenseIndex, ShardEncoder, build_dense_index
-from piserini_ray.retrieval.searcher import BM25Searcher, Ranking
+from piserini_ray.retrieval.searcher import BM25Searcher, Ranking, docid_pairs, open_searcher
 
 #: Text in, one float32 vector out (a local model or a node's encoder actor).
 QueryEncoder = Callable[[str], np.ndarray]
@@ -51,28 +51,29 @@ def top_ranking(
     return Ranking(ordinals[order].astype(np.int32), scores[order].astype(np.float32))
 
 
-def fuse_rrf(rankings: list[Ranking], rrf_k: int, k: int, docid_order: np.ndarray) -> Ranking:
-    """Reciprocal rank fusion: each list adds 1 / (rrf_k + rank) for its documents."""
+def _fuse(parts: list[tuple[Ranking, np.ndarray]], k: int, docid_order: np.ndarray) -> Ranking:
+    """Each (ranking, per-hit contribution) adds its contributions to its documents' scores;
+    the `k` best of the sums."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, ordinal in enumerate(ranking.ordinals.tolist(), start=1):
-            fused[ordinal] = fused.get(ordinal, 0.0) + 1.0 / (rrf_k + rank)
+    for ranking, contributions in parts:
+        for ordinal, value in zip(ranking.ordinals.tolist(), contributions.tolist(), strict=True):
+            fused[ordinal] = fused.get(ordinal, 0.0) + value
     ordinals = np.fromiter(fused, dtype=np.int64, count=len(fused))
     scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
     return top_ranking(ordinals, scores, k, docid_order)
+
+
+def fuse_rrf(rankings: list[Ranking], rrf_k: int, k: int, docid_order: np.ndarray) -> Ranking:
+    """Reciprocal rank fusion: each list adds 1 / (rrf_k + rank) for its documents."""
+    return _fuse([(r, 1.0 / (rrf_k + np.arange(1, len(r) + 1))) for r in rankings], k, docid_order)
 
 
 def fuse_linear(
     bm25: Ranking, dense: Ranking, alpha: float, k: int, docid_order: np.ndarray
 ) -> Ranking:
     """alpha * dense + (1 - alpha) * bm25, over min-max normalised scores (absent side: 0)."""
-    fused: dict[int, float] = {}
-    for ranking, weight in ((bm25, 1.0 - alpha), (dense, alpha)):
-        for ordinal, score in zip(ranking.ordinals.tolist(), minmax(ranking.scores), strict=True):
-            fused[ordinal] = fused.get(ordinal, 0.0) + weight * float(score)
-    ordinals = np.fromiter(fused, dtype=np.int64, count=len(fused))
-    scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
-    return top_ranking(ordinals, scores, k, docid_order)
+    parts = [(bm25, (1.0 - alpha) * minmax(bm25.scores)), (dense, alpha * minmax(dense.scores))]
+    return _fuse(parts, k, docid_order)
 
 
 def rerank_scores(
@@ -117,11 +118,7 @@ class _Composed:
         return self.bm25.ordinal(docid)
 
     def search_docids(self, text: str, k: int | None = None) -> list[tuple[str, float]]:
-        ranking = self.search(text, k)
-        docids = self.docstore.docids
-        return [
-            (docids[o], float(s)) for o, s in zip(ranking.ordinals, ranking.scores, strict=True)
-        ]
+        return docid_pairs(self.search(text, k), self.docstore.docids)
 
     def search(self, text: str, k: int | None = None) -> Ranking:
         raise NotImplementedError
@@ -193,8 +190,6 @@ def open_backend(
     """The configured backend over a built Lucene index, and its dense index (built with
     `build_with`, default this process, if missing). `encode_query` defaults to a model loaded
     in this process; `bm25` reuses an open searcher."""
-    from piserini_ray.retrieval.searcher import open_searcher
-
     bm25 = bm25 or open_searcher(index_dir, retrieval)
     if retrieval.backend == "bm25":
         return bm25

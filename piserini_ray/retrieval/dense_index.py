@@ -10,7 +10,7 @@ The build encodes shard by shard (`retrieval.dense.shard_size` documents each) i
 `.dense-{key}.building/shards/NNNNN.npy`, each written whole (temp file, then rename), so an
 interrupted build resumes at the first missing shard; the index is assembled once every shard
 is there, and the folder renamed complete. Who encodes a shard is pluggable: this process
-(`local_shard_encoder`) or encoder actors on Ray (`runtime/dense_build.py`).
+(`local_shard_encoder`) or encoder actors on Ray (`runtime/encoders.py`).
 
 A prebuilt index (`retrieval.dense.prebuilt_index`, e.g. one BrowseComp-Plus publishes) is
 opened in place; its docids are mapped onto the docstore's ordinals.
@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from piserini_ray.config import DenseConfig
 from piserini_ray.errors import IndexBuildError
-from piserini_ray.retrieval.docstore import Docstore, read_docids
+from piserini_ray.retrieval.docstore import Docstore
 from piserini_ray.retrieval.encoder import encoder_identity, encoder_label
 from piserini_ray.retrieval.index import locked
 from piserini_ray.retrieval.searcher import Ranking
@@ -52,11 +52,12 @@ class DenseIndexInfo(BaseModel):
     build_seconds: float
 
 
-def dense_index_dir(index_dir: Path, dense: DenseConfig) -> Path:
-    """Where the dense index of this Lucene index and encoder lives (or the prebuilt one)."""
+def dense_index_dir(index_dir: Path, dense: DenseConfig, identity: str | None = None) -> Path:
+    """Where the dense index of this Lucene index and encoder lives (or the prebuilt one);
+    `identity`: the encoder's, if the caller has it already."""
     if dense.prebuilt_index is not None:
         return dense.prebuilt_index
-    return index_dir / f"dense-{encoder_identity(dense)[:16]}"
+    return index_dir / f"dense-{(identity or encoder_identity(dense))[:16]}"
 
 
 def shard_ranges(num_docs: int, shard_size: int) -> list[tuple[int, int]]:
@@ -91,7 +92,8 @@ def build_dense_index(
     """The dense index of the Lucene index at `index_dir`, built first if needed."""
     if dense.prebuilt_index is not None:
         return _check_prebuilt(dense.prebuilt_index)
-    final = dense_index_dir(index_dir, dense)
+    identity = encoder_identity(dense)
+    final = dense_index_dir(index_dir, dense, identity)
     if (final / "dense.json").exists():
         return final
     waiting = f"another process is building {final}; waiting for it"
@@ -127,11 +129,11 @@ def build_dense_index(
             _write_shard(shards, number, vectors)
             done += 1
             log(f"dense index: shard {done}/{len(ranges)} encoded")
-        _assemble(building, shards, ranges, read_docids(index_dir))
+        dim = _assemble(building, shards, len(ranges), docstore.docids)
         info = DenseIndexInfo(
             encoder=encoder_label(dense),
-            encoder_identity=encoder_identity(dense),
-            dim=int(np.load(_shard_path(shards, 0), mmap_mode="r").shape[1]),
+            encoder_identity=identity,
+            dim=dim,
             num_docs=len(docstore),
             shards=len(ranges),
             built_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -156,17 +158,16 @@ def _write_shard(shards: Path, number: int, vectors: np.ndarray) -> None:
     tmp.replace(_shard_path(shards, number))
 
 
-def _assemble(
-    building: Path, shards: Path, ranges: list[tuple[int, int]], docids: list[str]
-) -> None:
+def _assemble(building: Path, shards: Path, count: int, docids: list[str]) -> int:
+    """The FAISS index and docid table from every shard, in order; the vectors' dimension."""
     import faiss
 
-    parts = [np.load(_shard_path(shards, i)) for i in range(len(ranges))]
-    vectors = np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.float32)
+    vectors = np.concatenate([np.load(_shard_path(shards, i)) for i in range(count)])
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
     faiss.write_index(index, str(building / "index"))
     (building / "docid").write_text("".join(f"{d}\n" for d in docids))
+    return int(vectors.shape[1])
 
 
 def _check_prebuilt(path: Path) -> Path:

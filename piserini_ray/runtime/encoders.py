@@ -18,6 +18,7 @@ missing shard.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -76,19 +77,11 @@ class EncoderActor:
         )
 
     def info(self) -> dict[str, Any]:
-        import resource
-
         return {
             "pid": os.getpid(),
             "node": ray.get_runtime_context().get_node_id(),
             "batches": list(self.batches),
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         }
-
-
-def encoder_actor_name(node_id: str, dense: DenseConfig) -> str:
-    job = ray.get_runtime_context().get_job_id()
-    return f"piserini-encoder:{job}:{node_id[:16]}:{encoder_identity(dense)[:12]}"
 
 
 def start_node_encoders(dense: DenseConfig) -> tuple[dict[str, str], list[Any]]:
@@ -97,11 +90,13 @@ def start_node_encoders(dense: DenseConfig) -> tuple[dict[str, str], list[Any]]:
     handles, which the caller holds for as long as the run needs them (an actor whose last
     handle is dropped ends, named or not)."""
     names, handles = {}, []
+    prefix = f"piserini-encoder:{ray.get_runtime_context().get_job_id()}"
+    key = encoder_identity(dense)[:12]
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
         node_id = node["NodeID"]
-        name = encoder_actor_name(node_id, dense)
+        name = f"{prefix}:{node_id[:16]}:{key}"
         handle = EncoderActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
             name=name,
             get_if_exists=True,
@@ -153,6 +148,10 @@ def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEn
 
     def encode(shards: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
         source = iter(shards)
+        first = next(source, None)
+        if first is None:  # nothing to encode: no actors (and no models loaded) for it
+            return
+        source = itertools.chain([first], source)
         actors = [
             EncoderActor.options(  # type: ignore[attr-defined]
                 num_cpus=1, num_gpus=dense.num_gpus, scheduling_strategy="SPREAD"
