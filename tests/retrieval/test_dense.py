@@ -224,8 +224,13 @@ def test_a_changed_encoder_setting_names_another_dense_index(sample_index) -> No
     assert dense_index_dir(sample_index, DenseConfig(batch_size=4, device="cpu")) == base
 
 
+#: The default (BM25) config's hash before backends existed (session 4's runs are named by it).
+HASH_BEFORE_BACKENDS = "566fc1123f8b5d5c"
+
+
 def test_identity_counts_only_what_the_backend_uses() -> None:
     base = load_config(None)
+    assert base.config_hash() == HASH_BEFORE_BACKENDS
     assert load_config(None, {"retrieval.dense.doc_max_length": 64}).config_hash() == (
         base.config_hash()
     )  # BM25 ignores the dense settings: its hash is the one before backends existed
@@ -251,9 +256,21 @@ def test_identity_counts_only_what_the_backend_uses() -> None:
     )
 
 
-def test_bad_encoder_and_index_inputs_say_what_to_do(tmp_path, sample_index, searcher) -> None:
+def test_bad_encoder_and_index_inputs_say_what_to_do(
+    tmp_path, sample_index, searcher, monkeypatch
+) -> None:
+    import socket
+
+    attempts: list[object] = []
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        attempts.append(args)  # every fetch starts with a name lookup
+        raise OSError("network used")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
     with pytest.raises(EncoderError, match="neither a folder nor a model in the local"):
         resolve_encoder_dir("nobody/no-such-model")
+    assert attempts == []  # a missing model is never fetched, not even tried
     (tmp_path / "empty").mkdir()
     with pytest.raises(EncoderError, match=r"without config\.json"):
         resolve_encoder_dir(str(tmp_path / "empty"))
