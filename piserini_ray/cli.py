@@ -332,11 +332,20 @@ def _report(
 ) -> None:
     """Finish each run, print the table; for several runs (or `out`) a combined report, with a
     paired comparison of every run against `reference` when one is named."""
-    from piserini_ray.pipeline import finish
+    from piserini_ray.pipeline import finish, judge_run
     from piserini_ray.report import markdown_report, write_html_report
 
+    released = None
+    if on_ray:  # judge every run on Ray, then let Ray go while the reports are written
+        from piserini_ray.runtime.ray_env import release_ray_async
+
+        if judge:
+            for config, run_dir in runs:
+                judge_run(config, Path(run_dir), _log, on_ray, extra_judges)
+        released = release_ray_async()
     metrics = [
-        finish(config, Path(run_dir), _log, judge, on_ray, extra_judges) for config, run_dir in runs
+        finish(config, Path(run_dir), _log, judge and not on_ray, extra_judges=extra_judges)
+        for config, run_dir in runs
     ]
     table = markdown_report(metrics)
     print("\n" + table.split("\n\n## ", 1)[0])
@@ -358,6 +367,8 @@ def _report(
         (folder / "report.md").write_text(table)
         page = write_html_report(metrics, folder, pareto=True)
         print(f"combined report: {folder / 'report.md'}  {page}")
+    if released is not None:
+        released.join()
 
 
 def _comparisons(reference: Path, others: Sequence[Path], seed: int = 0) -> list[PairedComparison]:

@@ -104,6 +104,12 @@ class LocalEngine:
     def __init__(self, concurrency: int = 4) -> None:
         self.concurrency = concurrency
 
+    def start(self, configs: list[RunConfig], log: Log) -> None:
+        pass  # nothing to bring up: the searcher opens in `run`
+
+    def close(self) -> None:
+        pass
+
     def run(self, runs: list[PreparedRun], log: Log) -> None:
         for run in runs:
             if not run.todo:

@@ -89,9 +89,14 @@ class RunSummary(BaseModel):
 
 class Engine(Protocol):
     """Runs prepared runs' todo lists, writing each record through its run's store as it
-    comes (`local_run.LocalEngine`, `runtime.RayEngine`)."""
+    comes (`local_run.LocalEngine`, `runtime.RayEngine`). `start` may begin bringing up its
+    workers while `prepare` runs (idempotent); `close` lets go of what `run` never took."""
+
+    def start(self, configs: list[RunConfig], log: Log) -> None: ...
 
     def run(self, runs: list[PreparedRun], log: Log) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def execute(
@@ -103,6 +108,8 @@ def execute(
     """prepare -> engine -> a summary per run (the judging and reports are `finish`).
     `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do."""
     with contextlib.ExitStack() as stack:
+        engine.start([config for config, _ in runs], log)
+        stack.callback(engine.close)
         prepared = prepare(runs, log, stack, only=only)
         engine.run(prepared, log)
         return [
@@ -288,6 +295,38 @@ def _check_one(
     return warnings
 
 
+def judge_run(
+    config: RunConfig,
+    run_dir: Path,
+    log: Log,
+    on_ray: bool = False,
+    extra_judges: Sequence[ModelConfig] = (),
+) -> list[QueryRecord]:
+    """Verdicts for every answer of the run that has none yet, from the primary judge and each
+    of `extra_judges`. `on_ray`: under the cluster-wide limiters. Returns the slice's records
+    (without trajectories or rankings: the judge reads the answers only)."""
+    if on_ray:
+        from piserini_ray.runtime import ensure_ray
+
+        ensure_ray(config, log)
+    benchmark = load_benchmark(config.benchmark)
+    wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
+    primary = config.judge_model()
+    with RunStore(run_dir, config, log=log) as store:
+        records = _answers(store, wanted)
+        for model in (primary, *(m for m in extra_judges if m.name != primary.name)):
+            judged = config.model_copy(
+                update={"judge": config.judge.model_copy(update={"model": model})}
+            )
+            preflight_judge(judged)
+            _judge(judged, store, records, wanted, on_ray, log)
+    return records
+
+
+def _answers(store: RunStore, wanted: dict[str, Query]) -> list[QueryRecord]:
+    return [r for r in store.iter_records(trajectory=False) if r.query_id in wanted]
+
+
 def finish(
     config: RunConfig,
     run_dir: Path,
@@ -296,32 +335,19 @@ def finish(
     on_ray: bool = False,
     extra_judges: Sequence[ModelConfig] = (),
 ) -> RunMetrics:
-    """The pipeline's last step for one run: judge what is not judged yet (unless `judge` is
-    False), reduce, and write `summary.json`, `report.md`, the plots and `report.html` into the
-    run directory; return the metrics. `on_ray`: judge under the cluster-wide limiter.
-    `extra_judges` add their verdicts beside the primary judge's; the report then shows each
-    pair's agreement (every judge with verdicts in the run counts, not only these)."""
-    if on_ray:
-        from piserini_ray.runtime import ensure_ray
-
-        ensure_ray(config, log)
-
+    """The pipeline's last step for one run: judge what is not judged yet (`judge_run`, unless
+    `judge` is False), reduce, and write `summary.json`, `report.md`, the plots and
+    `report.html` into the run directory; return the metrics. The report shows each pair of
+    judges' agreement (every judge with verdicts in the run counts, not only `extra_judges`)."""
+    records = judge_run(config, run_dir, log, on_ray, extra_judges) if judge else None
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     primary = config.judge_model()
     with RunStore(run_dir, config, log=log) as store:
-        # The judge reads the answers only: records without trajectories or rankings.
-        records = [r for r in store.iter_records(trajectory=False) if r.query_id in wanted]
-        if judge:
-            for model in (primary, *(m for m in extra_judges if m.name != primary.name)):
-                judged = config.model_copy(
-                    update={"judge": config.judge.model_copy(update={"model": model})}
-                )
-                preflight_judge(judged)
-                _judge(judged, store, records, wanted, on_ray, log)
         judgements = store.judgements(primary.name)
         others = [m for m in store.judge_models() if m != primary.name]
         verdicts = {name: store.judgements(name) for name in others} | {primary.name: judgements}
+        records = _answers(store, wanted) if records is None else records
         answers = {r.query_id: r.exact_answer for r in records}
         queries = [q for q in wanted.values() if q.query_id in answers]
         agreement = [

@@ -1,7 +1,3 @@
-"""LLM calls through litellm with one classified retry policy."""
-
-from piserini_ray.llm.client import Completion, LLMClient
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify
-from piserini_ray.records import Usage
-
-__all__ = ["Completion", "Failure", "FailureKind", "LLMClient", "RetryError", "Usage", "classify"]
+"""LLM calls through litellm (`client`) with one classified retry policy (`retry`) under one
+limiter (`limiter`). Import the modules themselves: this package imports nothing, so a process
+that only needs the limiter (its Ray actor) never loads litellm."""

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-import litellm
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
 
@@ -92,6 +91,10 @@ def parse_retry_after(value: str, now: float | None = None) -> float | None:
 
 def classify(exc: BaseException) -> Failure:
     """Map any exception from an LLM call to rate limit, transient or permanent."""
+    # Imported here: the limiter (and its actor) use this module's types but never call a
+    # model, and litellm costs them seconds of start-up.
+    import litellm
+
     reason = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, RequestTooLarge):  # refused by our limiter before it was sent
         return Failure(FailureKind.PERMANENT, str(exc))

@@ -1,13 +1,28 @@
-"""Starting or joining Ray, sized explicitly (2-core machines and shared clusters alike)."""
+"""Starting or joining Ray, sized explicitly (2-core machines and shared clusters alike), and
+letting go of it.
+
+Starting a local Ray takes seconds (its processes boot while this one waits), so a command
+starts it in the background (`start_ray_async`) as soon as it has its config, and checks its
+data and imports its modules meanwhile; `start_ray` waits for that same start. At the end,
+`release_ray_async` shuts it down while the reports are written.
+
+Ray's processes die with the *thread* that started them (Linux `PR_SET_PDEATHSIG` follows
+threads), so the thread that starts Ray lives until Ray is let go, and shuts it down itself.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-import signal
+import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from piserini_ray.config import RuntimeConfig
+
+Log = Callable[[str], None]
 
 
 def cluster_address(runtime: RuntimeConfig) -> str | None:
@@ -31,39 +46,123 @@ def prepare_local_ray() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def start_ray(runtime: RuntimeConfig, log: Callable[[str], None] = lambda _m: None) -> None:
-    """Join the cluster at `runtime.address`, or start a local instance with explicit CPUs, a
-    capped object store and no dashboard unless asked. Idempotent."""
-    import ray
+_lock = threading.Lock()
+_startup: Future[None] | None = None
+#: This process started the local instance, so every Ray worker inherited `JVM_SAFE_ENV`.
+_started_here = False
+#: This process's `start_ray` connected it (started or joined), so `release_ray_async` may
+#: let go; a Ray that the caller had up (a test's, an embedding program's) is left alone.
+_connected_here = False
+#: The thread that started Ray (and holds it), and what tells it to let go.
+_owner: threading.Thread | None = None
+_let_go = threading.Event()
 
-    if ray.is_initialized():
+
+def start_ray(runtime: RuntimeConfig, log: Log = lambda _m: None) -> None:
+    """Join the cluster at `runtime.address`, or start a local instance with explicit CPUs, a
+    capped object store and no dashboard unless asked. Idempotent; waits for a start that
+    `start_ray_async` began."""
+    start_ray_async(runtime, log).result()
+
+
+def start_ray_async(runtime: RuntimeConfig, log: Log = lambda _m: None) -> Future[None]:
+    """`start_ray` on a background thread: the future is done when Ray is up (or holds why it
+    could not start). Only the first call of a process starts anything."""
+    global _startup, _owner, _let_go
+    with _lock:
+        if _startup is None or (_startup.done() and not _ray_is_up()):
+            _startup = Future()
+            if _ray_is_up():
+                _startup.set_result(None)
+            else:
+                _let_go = threading.Event()
+                # A daemon: a process that never lets go still exits (Ray's own atexit hook
+                # then shuts it down).
+                _owner = threading.Thread(
+                    target=_own, args=(runtime, log, _startup, _let_go), name="ray", daemon=True
+                )
+                _owner.start()
+        return _startup
+
+
+def _ray_is_up() -> bool:
+    # Without importing Ray (half a second) when nothing has yet: the start imports it.
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading.Event) -> None:
+    """Start (or join) Ray, then hold it until `let_go` is set, then shut it down."""
+    global _started_here, _connected_here
+    # On the main thread ray.init replaces our SIGTERM handler (a clean stop, like Ctrl-C)
+    # with sys.exit; on this one it leaves it, and warns that it did: that is what we want.
+    quiet = _DropMessage("SIGTERM handler is not set")
+    logging.getLogger("ray._private.worker").addFilter(quiet)
+    try:
+        # The driver's own C++ failure handler would print a crash trace for a plain SIGTERM
+        # (what `ray job stop` and schedulers send).
+        for key, value in JVM_SAFE_ENV.items():
+            os.environ.setdefault(key, value)
+        address = cluster_address(runtime)
+        if not address:
+            prepare_local_ray()  # before Ray is imported
+        import ray
+
+        if address:
+            ray.init(address=address, log_to_driver=True)
+            _connected_here = True
+            cpus = ray.cluster_resources().get("CPU", 0)
+            log(f"joined the Ray cluster at {address}: {cpus:g} CPUs")
+        else:
+            num_cpus = runtime.num_cpus or os.cpu_count() or 1
+            # "local": a new instance, even where `ray start` (or a test cluster) left an
+            # address file that a bare ray.init() would attach to, and then refuse our num_cpus.
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                object_store_memory=runtime.object_store_mb * 2**20,
+                include_dashboard=runtime.dashboard,
+                log_to_driver=True,
+            )
+            _started_here = _connected_here = True
+            log(
+                f"started a local Ray instance: {num_cpus} CPUs, object store "
+                f"{runtime.object_store_mb} MB"
+            )
+    except BaseException as exc:  # handed to whoever waits for the start
+        done.set_exception(exc)
         return
-    # The driver's own C++ failure handler would print a crash trace for a plain SIGTERM (what
-    # `ray job stop` and schedulers send); and ray.init replaces our SIGTERM handler (a clean
-    # stop, like Ctrl-C) with sys.exit: set the one, restore the other.
-    for key, value in JVM_SAFE_ENV.items():
-        os.environ.setdefault(key, value)
-    main = threading.current_thread() is threading.main_thread()
-    ours = signal.getsignal(signal.SIGTERM) if main else None
-    address = cluster_address(runtime)
-    if address:
-        ray.init(address=address, log_to_driver=True)
-        log(f"joined the Ray cluster at {address}: {ray.cluster_resources().get('CPU', 0):g} CPUs")
-    else:
-        prepare_local_ray()
-        num_cpus = runtime.num_cpus or os.cpu_count() or 1
-        # "local": a new instance, even where `ray start` (or a test cluster) left an address
-        # file that a bare ray.init() would attach to, and then refuse our num_cpus.
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            object_store_memory=runtime.object_store_mb * 2**20,
-            include_dashboard=runtime.dashboard,
-            log_to_driver=True,
-        )
-        log(
-            f"started a local Ray instance: {num_cpus} CPUs, object store "
-            f"{runtime.object_store_mb} MB"
-        )
-    if main and callable(ours):
-        signal.signal(signal.SIGTERM, ours)
+    finally:
+        logging.getLogger("ray._private.worker").removeFilter(quiet)
+    done.set_result(None)
+    let_go.wait()
+    ray.shutdown()
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+def jvm_actor_options() -> dict[str, Any]:
+    """Ray options of an actor that holds a JVM: no runtime env on the local instance this
+    process started (its workers inherited `JVM_SAFE_ENV`, and an actor without a runtime env
+    reuses one of Ray's pre-started workers, a second sooner); the JVM-safe variables
+    elsewhere."""
+    return {} if _started_here else {"runtime_env": {"env_vars": JVM_SAFE_ENV}}
+
+
+def release_ray_async() -> threading.Thread | None:
+    """Shut Ray down on a background thread if `start_ray` connected this process (the local
+    instance ends; a cluster is only left), so that the reports are written meanwhile; join
+    the returned thread before exiting. None when there is nothing to let go."""
+    global _started_here, _connected_here
+    if not (_connected_here and _ray_is_up()) or _owner is None:
+        return None
+    _started_here = _connected_here = False
+    _let_go.set()
+    return _owner

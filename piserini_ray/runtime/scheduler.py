@@ -17,8 +17,9 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import ray
@@ -34,13 +35,15 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
 from piserini_ray.errors import PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import scrub
-from piserini_ray.pipeline import PreparedRun
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.limiter_actor import job_limiter_prefix, limiter_name, start_limiter
 from piserini_ray.runtime.progress import Progress
-from piserini_ray.runtime.ray_env import JVM_SAFE_ENV, start_ray
+from piserini_ray.runtime.ray_env import jvm_actor_options, start_ray
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
+
+if TYPE_CHECKING:
+    from piserini_ray.pipeline import PreparedRun
 
 _INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
 #: How soon a replica that Ray is still restarting is asked again whether it is back.
@@ -99,13 +102,13 @@ class _Group:
         return bool(self.restarting or self.reprobe_at)
 
 
-def _replica_cpus(runs: list[PreparedRun], runtime: Any, log: Callable[[str], None]) -> float:
+def _replica_cpus(configs: list[RunConfig], runtime: Any, log: Callable[[str], None]) -> float:
     """The CPUs each replica reserves. Runs with other benchmark or retrieval settings (a sweep
     over backends or BM25 parameters) each get their own replicas; on a local Ray that has
     fewer CPUs than they reserve, the reservation shrinks so that all of them start (they
     mostly wait on the model) instead of some waiting forever. A cluster is left to its
     autoscaler, with a warning."""
-    wanted = len({_group_key(r.config) for r in runs}) * runtime.replicas
+    wanted = len({_group_key(c) for c in configs}) * runtime.replicas
     need = wanted * runtime.cpus_per_replica
     have = float(ray.cluster_resources().get("CPU", 0.0))
     if need <= have or have <= 0:
@@ -153,71 +156,134 @@ def _offline_endpoints(runs: list[PreparedRun]) -> Iterator[dict[str, str | None
         yield bases
 
 
-def run_prepared(runs: list[PreparedRun], log: Callable[[str], None]) -> None:
-    """Run every prepared run's todo list to completion (or Ctrl-C) on Ray."""
-    todo = [run for run in runs if run.todo]
-    if not todo:
-        return
-    runtime = runs[0].config.runtime
-    start_ray(runtime, log)
-    with _offline_endpoints(todo) as bases:
-        _execute(todo, bases, runtime, log)
+class Replicas:
+    """What a job keeps up on Ray for its runs: one group of searcher replicas per benchmark and
+    retrieval settings (shared by the runs that have them), the query encoders of dense groups
+    (their handles held, so they live as long as the job), and a limiter per quota key of the
+    runs' models and judges (kept by `start_limiter`)."""
 
+    def __init__(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
+        """`configs`: every run of the job, so that the CPU fit counts all of their groups,
+        whether they come up now (`bring_up`) or after `prepare` (`add`)."""
+        self.runtime = configs[0].runtime
+        self.prefix = job_limiter_prefix()
+        self.limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
+        self.groups: dict[str, _Group] = {}
+        self.encoders: list[Any] = []
+        self.cpus = _replica_cpus(configs, self.runtime, log)
 
-def _execute(
-    runs: list[PreparedRun],
-    bases: dict[str, str | None],
-    runtime: Any,
-    log: Callable[[str], None],
-) -> None:
-    prefix = job_limiter_prefix()
-    # One limiter per quota key, owned by the job (they end with it). The judges' start now
-    # too, beside the replicas, so judging after the run finds them up (`reporting.py`).
-    limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
-    for run in runs:
-        name = limiter_name(prefix, run.config.model, run.config.offline)
-        if name not in limiters:
-            limiters[name] = start_limiter(name, run.config.model.rate_limit)
-    for run in runs:
-        judge = run.config.judge_model()
-        start_limiter(limiter_name(prefix, judge, run.config.offline), judge.rate_limit)
-    groups: dict[str, _Group] = {}
-    encoder_handles: list[Any] = []
-    cpus = _replica_cpus(runs, runtime, log)
-    for run in runs:
-        key = _group_key(run.config)
-        if key in groups:
-            continue
+    def add(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
+        """Start what these runs need and is not up yet (actor creation returns at once;
+        `ready` waits). Replicas first: they take the workers Ray pre-started (a second of
+        start-up each), the light limiters get new ones."""
+        for config in configs:
+            key = _group_key(config)
+            if key not in self.groups:
+                self.groups[key] = self._start_group(config, log)
+        for config in configs:
+            name = limiter_name(self.prefix, config.model, config.offline)
+            if name not in self.limiters:
+                self.limiters[name] = start_limiter(name, config.model.rate_limit)
+            # The judge's too, so that judging after the run finds it up (`reporting.py`).
+            judge = config.judge_model()
+            start_limiter(limiter_name(self.prefix, judge, config.offline), judge.rate_limit)
+
+    def _start_group(self, config: RunConfig, log: Callable[[str], None]) -> _Group:
+        runtime = self.runtime
         strategy = "SPREAD" if runtime.placement == "spread" else "DEFAULT"
-        # The index was built (or found) by `prepare` on this node; replicas here open it at
-        # once, and nodes elsewhere build their own under the same lock.
-        retrieval = run.config.retrieval.with_resolved_index_root()
+        # The index was built (or found) on this node; replicas here open it at once, and
+        # nodes elsewhere build their own under the same lock.
+        retrieval = config.retrieval.with_resolved_index_root()
         # Dense backends: one query encoder per node and encoder, shared by the replicas there
         # (of every run that uses it), held here for the whole run.
         encoders = None
         if retrieval.uses_dense:
             encoders, handles = start_node_encoders(retrieval.dense)
-            encoder_handles += handles
+            self.encoders += handles
             log(f"query encoders ready on {len(encoders)} node(s) for {retrieval.describe()}")
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
-                num_cpus=cpus,
+                num_cpus=self.cpus,
                 max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
-                runtime_env={"env_vars": JVM_SAFE_ENV},
-            ).remote(run.config.benchmark, retrieval, encoders)
+                **jvm_actor_options(),
+            ).remote(config.benchmark, retrieval, encoders)
             for _ in range(runtime.replicas)
         ]
-        groups[key] = _Group(actors, capacity=runtime.max_concurrency)
-    infos = ray.get([a.info.remote() for g in groups.values() for a in g.actors])
-    log(
-        f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} node(s), "
-        f"{runtime.max_concurrency} queries at once each (pids "
-        + ", ".join(str(i["pid"]) for i in infos)
-        + ")"
-    )
+        return _Group(actors, capacity=runtime.max_concurrency)
 
+    def ready(self, log: Callable[[str], None]) -> None:
+        """Wait until every replica has opened its index."""
+        infos = ray.get([a.info.remote() for g in self.groups.values() for a in g.actors])
+        log(
+            f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
+            f"node(s), {self.runtime.max_concurrency} queries at once each (pids "
+            + ", ".join(str(i["pid"]) for i in infos)
+            + ")"
+        )
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            for actor in group.actors:
+                ray.kill(actor)
+        self.groups.clear()
+
+
+def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
+    """Start Ray (or wait for its start) and the replicas of every run whose index is already
+    built and needs no dense index, while the driver still checks the data (`prepare`). The
+    others come up after it: it builds their indexes (and an index one replica were building
+    would hide its corpus errors from `prepare`)."""
+    from piserini_ray.data import load_benchmark
+    from piserini_ray.retrieval.index import find_index
+
+    start_ray(configs[0].runtime, log)
+    replicas = Replicas(configs, log)
+    built = [
+        c
+        for c in configs
+        if not c.retrieval.uses_dense
+        and find_index(load_benchmark(c.benchmark).corpus, c.retrieval.resolved_index_root())
+    ]
+    replicas.add(built, log)
+    return replicas
+
+
+def run_prepared(
+    runs: list[PreparedRun],
+    log: Callable[[str], None],
+    early: Future[Replicas] | None = None,
+) -> None:
+    """Run every prepared run's todo list to completion (or Ctrl-C) on Ray. `early`: the
+    `bring_up` begun before `prepare`."""
+    todo = [run for run in runs if run.todo]
+    replicas = early.result() if early is not None else None
+    try:
+        if not todo:
+            return
+        if replicas is None:
+            start_ray(runs[0].config.runtime, log)
+            replicas = Replicas([r.config for r in runs], log)
+        replicas.add([r.config for r in todo], log)
+        replicas.ready(log)
+        with _offline_endpoints(todo) as bases:
+            _execute(todo, bases, replicas, log)
+    finally:
+        if replicas is not None:
+            replicas.close()
+
+
+def _execute(
+    runs: list[PreparedRun],
+    bases: dict[str, str | None],
+    replicas: Replicas,
+    log: Callable[[str], None],
+) -> None:
+    runtime = replicas.runtime
+    prefix = replicas.prefix
+    groups = replicas.groups
+    limiters = replicas.limiters
     queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
     in_flight: dict[Any, tuple[PreparedRun, Query, _Group, int]] = {}
     attempts: dict[tuple[str, str], int] = {}
@@ -324,10 +390,6 @@ def _execute(
             "continue: they run again, nothing else does"
         )
         raise
-    finally:
-        for group in groups.values():
-            for actor in group.actors:
-                ray.kill(actor)
 
 
 def _waiting(limiters: dict[str, Any]) -> int:

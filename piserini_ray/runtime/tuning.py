@@ -16,7 +16,7 @@ import ray
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
-from piserini_ray.runtime.ray_env import JVM_SAFE_ENV
+from piserini_ray.runtime.ray_env import jvm_actor_options
 from piserini_ray.tuning import CellResult, GridStore, evaluate_cell
 
 
@@ -68,7 +68,7 @@ def tune_on_ray(
         config = config.model_copy(update={"retrieval": retrieval})
         workers = [
             TuningWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
-                num_cpus=config.runtime.cpus_per_replica, runtime_env={"env_vars": JVM_SAFE_ENV}
+                num_cpus=config.runtime.cpus_per_replica, **jvm_actor_options()
             ).remote(config)
             for _ in range(replicas)
         ]

@@ -5,7 +5,8 @@ Multi-node and crash tests live in test_faults.py: they need Ray instances of th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -71,6 +72,68 @@ def test_sweep_two_models_two_timeouts_share_replicas(sample_index, index_root, 
         assert len(set(_ids(run_dir))) == 3 == len(_ids(run_dir)) and summary.ran_now == 3
     assert {s.model for s in summaries} == {"offline/heuristic", "offline/exact-match-judge"}
     assert all(s.ran_now == 0 for s in run_on_ray(list(runs), logs.append))  # resumes whole
+
+
+def _alive_replicas() -> int:
+    from ray._private.state import actors  # the GCS's actor table (a debugging API)
+
+    alive = actors(actor_state_name="ALIVE").values()
+    return sum(1 for a in alive if a["ActorClassName"] == "SearchWorker")
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 120) -> bool:
+    """Wait until `condition()` holds (True) or `seconds` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_replicas_come_up_while_prepare_checks_the_data(
+    sample_index, index_root, tmp_path, monkeypatch
+) -> None:
+    import piserini_ray.pipeline as pipeline
+
+    assert _eventually(lambda: _alive_replicas() == 0)  # (earlier tests' replicas are gone)
+    real_prepare = pipeline.prepare
+    up_during_prepare: list[bool] = []
+
+    def prepare(*args, **kwargs):
+        # The engine started the replica before the data check: it comes up meanwhile.
+        up_during_prepare.append(_eventually(lambda: _alive_replicas() == 1))
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "prepare", prepare)
+    config = _config(index_root, **{"slice.sample": 2, "slice.seed": 3})
+    (summary,) = run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+    assert up_during_prepare == [True] and summary.ran_now == 2
+    assert _eventually(lambda: _alive_replicas() == 0)  # and it ends with the run
+
+
+def test_a_data_error_after_the_early_start_leaves_no_replica_behind(tmp_path) -> None:
+    from piserini_ray.data import load_benchmark
+    from piserini_ray.errors import DataError
+    from piserini_ray.retrieval import ensure_index
+
+    (tmp_path / "queries.jsonl").write_text(
+        '{"query_id": "q1", "query": "okapi?", "answer": "x"}\n'
+    )
+    (tmp_path / "corpus.jsonl").write_text('{"docid": "d1", "text": "The okapi lives."}\n')
+    (tmp_path / "evidence.txt").write_text("nobody Q0 d1 1\n")  # no query of the benchmark
+    path = tmp_path / "bench.yaml"
+    path.write_text(
+        "benchmark: {source: jsonl, name: okapi, queries: queries.jsonl, corpus: corpus.jsonl, "
+        f"qrels_evidence: evidence.txt}}\nretrieval: {{index_root: {tmp_path / 'indexes'}}}\n"
+    )
+    config = load_config(path)
+    ensure_index(load_benchmark(config.benchmark).corpus, config.retrieval)  # so it starts early
+    assert _eventually(lambda: _alive_replicas() == 0)
+    with pytest.raises(DataError, match="none of the 1 query ids of these evidence qrels"):
+        run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+    assert not (tmp_path / "run").exists()
+    assert _eventually(lambda: _alive_replicas() == 0)
 
 
 def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tmp_path) -> None:

@@ -1,0 +1,107 @@
+"""Starting Ray in the background and letting it go (`runtime/ray_env.py`), each in a fresh
+process: these tests start and end Ray instances of their own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import orjson
+
+
+def _run(script: str) -> dict[str, object]:
+    """Run `script` in a new interpreter; it prints one JSON object last."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = orjson.loads(done.stdout.strip().splitlines()[-1])
+    result["stderr"] = done.stderr
+    return result
+
+
+def test_ray_started_in_the_background_keeps_running_and_keeps_our_sigterm_handler() -> None:
+    # Ray's processes die with the thread that started them (PR_SET_PDEATHSIG follows threads):
+    # a start thread that ended after ray.init left a Ray whose GCS was gone.
+    result = _run(
+        """
+        import json, os, signal
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import (
+            jvm_actor_options, release_ray_async, start_ray_async,
+        )
+
+        def ours(signum, frame):
+            pass
+
+        signal.signal(signal.SIGTERM, ours)
+        start_ray_async(RuntimeConfig(num_cpus=1, object_store_mb=100)).result()
+        import ray
+
+        @ray.remote
+        def square(x):
+            return x * x
+
+        @ray.remote
+        class Probe:
+            def env(self):
+                return os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+
+        squares = ray.get([square.remote(i) for i in range(4)], timeout=120)
+        probe = Probe.options(**jvm_actor_options()).remote()
+        env = ray.get(probe.env.remote(), timeout=120)
+        alive = sum(1 for n in ray.nodes() if n["Alive"])
+        handler_kept = signal.getsignal(signal.SIGTERM) is ours
+        release_ray_async().join()
+        print(json.dumps({
+            "squares": squares, "env": env, "alive": alive, "handler_kept": handler_kept,
+            "after_release": ray.is_initialized(), "options": jvm_actor_options(),
+        }))
+        """
+    )
+    assert result["squares"] == [0, 1, 4, 9] and result["alive"] == 1
+    # An actor without a runtime env (so that it reuses a pre-started worker) is JVM-safe: the
+    # workers of the instance this process started inherited the setting.
+    assert result["env"] == "1"
+    assert result["handler_kept"] is True
+    assert result["after_release"] is False
+    # Once let go, a Ray found later is not known to be ours: JVM actors carry the setting.
+    assert result["options"] == {
+        "runtime_env": {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}}
+    }
+    assert "SIGTERM handler is not set" not in str(result["stderr"])
+
+
+def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
+    result = _run(
+        """
+        import json
+        import ray
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray, start_ray_async
+
+        ray.init(address="local", num_cpus=1, object_store_memory=100 * 2**20,
+                 include_dashboard=False)
+        node = ray.get_runtime_context().get_node_id()
+        start_ray(RuntimeConfig(num_cpus=2))  # already up: nothing starts
+        same = ray.get_runtime_context().get_node_id() == node
+        cpus = ray.cluster_resources()["CPU"]
+        released = release_ray_async()
+        print(json.dumps({
+            "same": same, "cpus": cpus, "released": released is not None,
+            "up": ray.is_initialized(), "future_done": start_ray_async(RuntimeConfig()).done(),
+        }))
+        """
+    )
+    assert result == {
+        "same": True,
+        "cpus": 1.0,
+        "released": False,
+        "up": True,
+        "future_done": True,
+        "stderr": result["stderr"],
+    }
