@@ -21,6 +21,11 @@ class DataError(PiseriniRayError):
         self.line = line
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type, tuple[object, str, int | None]]:
+        # Pickled whole (a Ray actor's error reaches the driver so): the default would call
+        # DataError(message) and fail.
+        return (type(self), (self.path, self.problem, self.line))
+
 
 class IndexBuildError(PiseriniRayError):
     """A Lucene index could not be built or opened."""

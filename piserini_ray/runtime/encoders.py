@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +32,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from piserini_ray.config import DenseConfig
 from piserini_ray.retrieval.dense_index import ShardEncoder
 from piserini_ray.retrieval.encoder import encoder_identity
+from piserini_ray.runtime.ray_env import cluster_can_grow
+from piserini_ray.runtime.readiness import (
+    StartupError,
+    check_feasible,
+    nodes_that_fit,
+    wait_until_up,
+)
 
 
 @ray.remote
@@ -84,18 +91,24 @@ class EncoderActor:
         }
 
 
-def start_node_encoders(dense: DenseConfig) -> tuple[dict[str, str], list[Any]]:
-    """One query encoder per alive node, up and holding its model when this returns (a model
-    that cannot load fails here, before any replica starts): node id -> actor name, and the
-    handles, which the caller holds for as long as the run needs them (an actor whose last
-    handle is dropped ends, named or not)."""
+def start_node_encoders(
+    dense: DenseConfig, log: Callable[[str], None] = lambda _m: None
+) -> tuple[dict[str, str], list[Any]]:
+    """One query encoder per alive node that has `dense.num_gpus` GPUs (every node, on the
+    CPU), up and holding its model when this returns (a model that cannot load fails here,
+    before any replica starts): node id -> actor name, and the handles, which the caller holds
+    for as long as the run needs them (an actor whose last handle is dropped ends, named or
+    not). Replicas on a node without an encoder use another node's."""
     names, handles = {}, []
     prefix = f"piserini-encoder:{ray.get_runtime_context().get_job_id()}"
     key = encoder_identity(dense)[:12]
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        node_id = node["NodeID"]
+    nodes = nodes_that_fit({"GPU": dense.num_gpus})
+    if not nodes:
+        raise StartupError(
+            f"retrieval.dense.num_gpus is {dense.num_gpus:g}, and no node of the cluster has "
+            "that many GPUs: set it to 0 to encode on the CPU, or add GPU nodes"
+        )
+    for node_id in nodes:
         name = f"{prefix}:{node_id[:16]}:{key}"
         handle = EncoderActor.options(  # type: ignore[attr-defined]  # Ray types the class as is
             name=name,
@@ -108,7 +121,7 @@ def start_node_encoders(dense: DenseConfig) -> tuple[dict[str, str], list[Any]]:
         ).remote(dense)
         names[node_id] = name
         handles.append(handle)
-    ray.get([h.info.remote() for h in handles])
+    wait_until_up([h.info.remote() for h in handles], "query encoders", log)
     return names, handles
 
 
@@ -152,6 +165,13 @@ def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEn
         if first is None:  # nothing to encode: no actors (and no models loaded) for it
             return
         source = itertools.chain([first], source)
+        check_feasible(
+            {"CPU": 1, "GPU": dense.num_gpus},
+            "dense-index encoder actors",
+            "set retrieval.dense.num_gpus to 0 to encode on the CPU",
+            cluster_can_grow(),
+            log,
+        )
         actors = [
             EncoderActor.options(  # type: ignore[attr-defined]
                 num_cpus=1, num_gpus=dense.num_gpus, scheduling_strategy="SPREAD"
@@ -159,7 +179,7 @@ def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEn
             for _ in range(dense.build_actors)
         ]
         try:
-            nodes = ray.get([a.info.remote() for a in actors])
+            nodes = wait_until_up([a.info.remote() for a in actors], "encoder actors", log)
             log(
                 f"{len(actors)} encoder actor(s) on {len({n['node'] for n in nodes})} node(s) "
                 "encode the shards"

@@ -148,6 +148,12 @@ class _DropMessage(logging.Filter):
         return self.text not in record.getMessage()
 
 
+def cluster_can_grow() -> bool:
+    """Whether this process joined a cluster (which an autoscaler may grow) rather than a Ray
+    on this machine: a demand no node meets is then worth waiting for."""
+    return (_connected_here and not _started_here) or bool(os.environ.get("RAY_ADDRESS"))
+
+
 def jvm_actor_options() -> dict[str, Any]:
     """Ray options of an actor that holds a JVM: no runtime env on the local instance this
     process started (its workers inherited `JVM_SAFE_ENV`, and an actor without a runtime env

@@ -39,7 +39,8 @@ from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.limiter_actor import job_limiter_prefix, limiter_name, start_limiter
 from piserini_ray.runtime.progress import Progress
-from piserini_ray.runtime.ray_env import jvm_actor_options, start_ray
+from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options, start_ray
+from piserini_ray.runtime.readiness import check_feasible, wait_until_up
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
 if TYPE_CHECKING:
@@ -198,9 +199,16 @@ class Replicas:
         # (of every run that uses it), held here for the whole run.
         encoders = None
         if retrieval.uses_dense:
-            encoders, handles = start_node_encoders(retrieval.dense)
+            encoders, handles = start_node_encoders(retrieval.dense, log)
             self.encoders += handles
             log(f"query encoders ready on {len(encoders)} node(s) for {retrieval.describe()}")
+        check_feasible(
+            {"CPU": self.cpus},
+            "searcher replicas",
+            "lower runtime.cpus_per_replica",
+            cluster_can_grow(),
+            log,
+        )
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=self.cpus,
@@ -215,7 +223,8 @@ class Replicas:
 
     def ready(self, log: Callable[[str], None]) -> None:
         """Wait until every replica has opened its index."""
-        infos = ray.get([a.info.remote() for g in self.groups.values() for a in g.actors])
+        refs = [a.info.remote() for g in self.groups.values() for a in g.actors]
+        infos = wait_until_up(refs, "searcher replicas", log)
         log(
             f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
             f"node(s), {self.runtime.max_concurrency} queries at once each (pids "
@@ -231,20 +240,24 @@ class Replicas:
 
 
 def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
-    """Start Ray (or wait for its start) and the replicas of every run whose index is already
-    built and needs no dense index, while the driver still checks the data (`prepare`). The
-    others come up after it: it builds their indexes (and an index one replica were building
-    would hide its corpus errors from `prepare`)."""
+    """Start Ray (or wait for its start) and, while the driver still checks the data
+    (`prepare`), the replicas of every run whose index is already built. The others come up
+    after it: it builds their indexes (and an index that a replica were building would hide its
+    corpus errors from `prepare`). A job with a dense run starts none early: `prepare` may
+    build a dense index on encoder actors, which must not wait for CPUs held by idle replicas."""
     from piserini_ray.data import load_benchmark
     from piserini_ray.retrieval.index import find_index
 
     start_ray(configs[0].runtime, log)
     replicas = Replicas(configs, log)
+    if any(c.retrieval.uses_dense for c in configs):
+        return replicas
     built = [
-        c
-        for c in configs
-        if not c.retrieval.uses_dense
-        and find_index(load_benchmark(c.benchmark).corpus, c.retrieval.resolved_index_root())
+        config
+        for config in configs
+        if find_index(
+            load_benchmark(config.benchmark).corpus, config.retrieval.resolved_index_root()
+        )
     ]
     replicas.add(built, log)
     return replicas

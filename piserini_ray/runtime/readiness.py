@@ -1,0 +1,87 @@
+"""Waiting for actors to come up, visibly and never forever.
+
+Ray waits without end for an actor that asks for more than any node has (a GPU on a machine
+without one): a run would sit there silently. So a demand that no alive node can meet is an
+error before the wait (a warning on a cluster that an autoscaler may grow), a long wait says
+what it waits for, and an actor whose constructor failed is a clean error naming the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from piserini_ray.errors import PiseriniRayError
+
+#: How often a wait for actors that are not up yet says so.
+PROGRESS_SECONDS = 15.0
+
+
+class StartupError(PiseriniRayError):
+    """Actors that a run needs cannot start."""
+
+
+def nodes_that_fit(demand: dict[str, float]) -> list[str]:
+    """Ids of the alive nodes with at least `demand` of each resource (free or not)."""
+    wanted = {k: v for k, v in demand.items() if v > 0}
+    return [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n.get("Alive")
+        and all(n.get("Resources", {}).get(k, 0.0) >= v for k, v in wanted.items())
+    ]
+
+
+def check_feasible(
+    demand: dict[str, float], what: str, fix: str, can_grow: bool, log: Callable[[str], None]
+) -> None:
+    """Refuse `demand` (the resources of one actor of `what`) when no alive node has that much
+    of each resource; `fix` says what to change. Where the cluster can grow, warn instead."""
+    if nodes_that_fit(demand):
+        return
+    wanted = {k: v for k, v in demand.items() if v > 0}
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    largest = {k: max((node.get(k, 0.0) for node in nodes), default=0.0) for k in wanted}
+    problem = (
+        f"{what} need {_resources(wanted)} each, and no node of the cluster has that much (the "
+        f"most any node has: {_resources(largest)})"
+    )
+    if not can_grow:
+        raise StartupError(f"{problem}: {fix}")
+    log(f"warning: {problem}; waiting for the cluster to add such a node (or {fix})")
+
+
+def wait_until_up(refs: Sequence[Any], what: str, log: Callable[[str], None]) -> list[Any]:
+    """The results of the readiness calls `refs` of some actors, in order. Every
+    `PROGRESS_SECONDS` without all of them, says how many are still starting. A constructor
+    that raised is a `StartupError` naming its error."""
+    pending = list(refs)
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=PROGRESS_SECONDS)
+        if pending:
+            log(
+                f"waiting for {len(pending)} of {len(refs)} {what} to start (free now: "
+                f"{_resources(ray.available_resources())})"
+            )
+    try:
+        return ray.get(list(refs))
+    except RayActorError as exc:
+        raise StartupError(f"{what} could not start: {_cause(exc)}") from None
+
+
+def _cause(exc: RayActorError) -> str:
+    text = str(getattr(exc, "cause", None) or exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _resources(resources: dict[str, float]) -> str:
+    shown = sorted(
+        (k, v)
+        for k, v in resources.items()
+        if not k.startswith("node:") and k not in ("memory", "object_store_memory")
+    )
+    return ", ".join(f"{k} {v:g}" for k, v in shown) or "none"
