@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,7 @@ from piserini_ray.runtime.encoders import ray_shard_encoder, start_node_encoders
 from piserini_ray.runtime.readiness import StartupError, wait_until_up
 from piserini_ray.runtime.scheduler import Replicas
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(
-        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
-    )
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("module_ray")
 
 
 def test_query_encoders_asking_for_a_gpu_no_node_has_are_an_error() -> None:

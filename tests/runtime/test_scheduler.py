@@ -6,12 +6,11 @@ Multi-node and crash tests live in test_faults.py: they need Ray instances of th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
-import ray
 import yaml
 
 from piserini_ray.config import RunConfig, load_config
@@ -22,13 +21,7 @@ from piserini_ray.sweep import expand_sweep
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(
-        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
-    )
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("module_ray")
 
 
 def _config(index_root: Path, **overrides: object) -> RunConfig:
