@@ -1,10 +1,12 @@
 """Shared fixtures: the embedded sample, its real Lucene index (built once per test session),
-one searcher replica per test process, and a small edge-case corpus."""
+one searcher replica per test process, a small edge-case corpus, and the local Ray that a test
+module of the runtime shares (`module_ray`)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -162,3 +164,17 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory, sample: Benchmark) ->
         )
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def module_ray() -> Iterator[None]:
+    """A local Ray for one test module (2 CPUs, a small object store, no dashboard): use it with
+    `pytestmark = pytest.mark.usefixtures("module_ray")`. Modules that need Ray instances of
+    their own (several nodes, processes killed) start them themselves."""
+    import ray
+
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
+    )
+    yield
+    ray.shutdown()
