@@ -4,7 +4,8 @@ Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`re
 
 `prepare` goes in this order, so that a mistake never leaves a half-made run directory behind:
 1. preflight of every run (pricing, API key variables, data files exist): a sweep is checked
-   whole before any of it starts; then one tiny request to each hosted model (`llm/check.py`);
+   whole before any of it starts; then the engine starts (Ray and its replicas come up while
+   the rest is checked), and one tiny request goes to each hosted model (`llm/check.py`);
 2. the data: queries, qrels and the slice are loaded and checked, and the index is built or
    found (which reads, and so validates, the whole corpus: a torn line or a duplicate docid
    names its file and line);
@@ -32,9 +33,8 @@ from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.errors import DataError
 from piserini_ray.llm.check import check_models
-from piserini_ray.llm.limiter import check_quotas
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
-from piserini_ray.preflight import preflight, preflight_judge
+from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.report import write_run_reports
 from piserini_ray.report.agreement import judge_agreement
@@ -108,9 +108,8 @@ def execute(
     """prepare -> engine -> a summary per run (the judging and reports are `finish`).
     `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do."""
     with contextlib.ExitStack() as stack:
-        engine.start([config for config, _ in runs], log)
         stack.callback(engine.close)
-        prepared = prepare(runs, log, stack, only=only)
+        prepared = prepare(runs, log, stack, only=only, engine=engine)
         engine.run(prepared, log)
         return [
             summarize(
@@ -169,14 +168,13 @@ def prepare(
     stack: contextlib.ExitStack,
     pricing: PricingTable | None = None,
     only: set[str] | None = None,
+    engine: Engine | None = None,
 ) -> list[PreparedRun]:
-    """Check and open every run; the stores close with `stack`."""
-    check_quotas(config for config, _ in runs)
-    priced = []
-    for config, _ in runs:  # every run of a sweep is checked before any starts
-        table = pricing or pricing_for(config)
-        preflight(config, table)
-        priced.append(table)
+    """Check and open every run; the stores close with `stack`. `engine`: started once the
+    configs pass their checks (`preflight_runs`), before the data is read."""
+    priced = preflight_runs([config for config, _ in runs], pricing)
+    if engine is not None:  # its workers come up while the data is checked
+        engine.start([config for config, _ in runs], log)
     # One tiny request per hosted model: a wrong key or model name stops here, in seconds.
     check_models([config for config, _ in runs], log)
     loaded = []

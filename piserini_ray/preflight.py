@@ -5,10 +5,28 @@ and the fix."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.errors import ConfigError
 from piserini_ray.metrics.cost import PricingTable, pricing_for
+
+
+def preflight_runs(
+    configs: Sequence[RunConfig], pricing: PricingTable | None = None
+) -> list[PricingTable]:
+    """Every run of a sweep checked before any of it starts (quotas that runs share agree, and
+    `preflight` of each); each run's pricing table. Cheap and import-light: the Ray engine
+    makes these checks before it starts Ray, so a config mistake stops at once."""
+    from piserini_ray.llm.limiter import check_quotas
+
+    check_quotas(configs)
+    tables = []
+    for config in configs:
+        table = pricing or pricing_for(config)
+        preflight(config, table)
+        tables.append(table)
+    return tables
 
 
 def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:

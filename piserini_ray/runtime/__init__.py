@@ -89,8 +89,13 @@ def run_on_ray(
 ) -> list[RunSummary]:
     """Run (or resume) one or more runs concurrently on one Ray cluster (`only`: just those
     queries of their slices); one summary each."""
+    from piserini_ray.preflight import preflight_runs
+
+    # The checks `prepare` begins with, made here too: a config mistake stops before Ray
+    # starts, and Ray then starts before the pipeline's imports (seconds).
+    preflight_runs([config for config, _ in configs])
     engine = RayEngine()
-    engine.start([config for config, _ in configs], log)  # before the pipeline's imports
+    engine.start([config for config, _ in configs], log)
     from piserini_ray.pipeline import execute
 
     return execute(configs, engine, log, only)

@@ -105,3 +105,25 @@ def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
         "future_done": True,
         "stderr": result["stderr"],
     }
+
+
+def test_a_config_mistake_stops_the_ray_engine_before_ray_starts(tmp_path) -> None:
+    result = _run(
+        f"""
+        import json, sys
+        from piserini_ray.config import load_config
+        from piserini_ray.errors import ConfigError
+        from piserini_ray.runtime import run_on_ray
+
+        config = load_config(None, {{
+            "model.api_key_env": "PISERINI_TEST_KEY_NEVER_SET", "runtime.runs_root": "{tmp_path}",
+        }})
+        try:
+            run_on_ray([(config, None)], print)
+        except ConfigError as error:
+            print(json.dumps({{"error": str(error), "ray": "ray" in sys.modules}}))
+        """
+    )
+    assert "PISERINI_TEST_KEY_NEVER_SET, which is not set" in str(result["error"])
+    assert result["ray"] is False  # not even imported
+    assert not list(tmp_path.iterdir())
