@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 _INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
 #: How soon a replica that Ray is still restarting is asked again whether it is back.
 REPROBE_SECONDS = 0.5
+#: How often the progress line asks the limiters how many calls wait (a round trip to each,
+#: not one per finished query).
+WAITING_EVERY = 1.0
 
 
 class SchedulerError(PiseriniRayError):
@@ -346,11 +349,14 @@ def _execute(
             log(f"{query.query_id}: {what} ({type(exc).__name__}); re-running it")
             queue.appendleft((plan, query))
 
+    asked_limiters = 0.0
     try:
         submit()
         while in_flight or queue:
             progress.running = len(in_flight)
-            progress.waiting = _waiting(limiters)
+            if time.monotonic() - asked_limiters >= WAITING_EVERY:
+                progress.waiting = _waiting(limiters)
+                asked_limiters = time.monotonic()
             progress.show()
             for group in groups.values():
                 group.reprobe_due()
