@@ -209,7 +209,10 @@ def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
     config = _config(index_root, **{"slice.sample": 20, "slice.seed": 1})
     logs: list[str] = []
     k1s, bs = [0.9, 4.0, 25.0], [0.4, 0.7, 1.0]
-    cells, _ = tune_on_ray(config, k1s, bs, tmp_path, 2, logs.append)
+    # 3 workers of 1 CPU on this 2-CPU Ray: the third would never start, and the cells given
+    # to it would never finish; 2 run.
+    cells, _ = tune_on_ray(config, k1s, bs, tmp_path, 3, logs.append)
+    assert "3 grid workers of 1 CPU do not fit the 2 CPUs of this Ray: running 2" in logs
     assert {(c.k1, c.b) for c in cells} == {(k, b) for k in k1s for b in bs}
     best = write_grid_outputs(cells, "evidence_recall@100", tmp_path)
     top = max(c.metrics["evidence_recall@100"] for c in cells)
