@@ -35,6 +35,7 @@ from piserini_ray.retrieval.encoder import encoder_identity
 from piserini_ray.runtime.ray_env import cluster_can_grow
 from piserini_ray.runtime.readiness import (
     StartupError,
+    actors_that_fit,
     check_feasible,
     nodes_that_fit,
     wait_until_up,
@@ -172,11 +173,13 @@ def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEn
             cluster_can_grow(),
             log,
         )
+        demand = {"CPU": 1, "GPU": dense.num_gpus}
+        count = actors_that_fit(dense.build_actors, demand, "encoder actors", log)
         actors = [
             EncoderActor.options(  # type: ignore[attr-defined]
                 num_cpus=1, num_gpus=dense.num_gpus, scheduling_strategy="SPREAD"
             ).remote(dense, 1)
-            for _ in range(dense.build_actors)
+            for _ in range(count)
         ]
         try:
             nodes = wait_until_up([a.info.remote() for a in actors], "encoder actors", log)

@@ -15,6 +15,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from piserini_ray.errors import PiseriniRayError
+from piserini_ray.runtime.ray_env import cluster_can_grow
 
 #: How often a wait for actors that are not up yet says so.
 PROGRESS_SECONDS = 15.0
@@ -52,6 +53,27 @@ def check_feasible(
     if not can_grow:
         raise StartupError(f"{problem}: {fix}")
     log(f"warning: {problem}; waiting for the cluster to add such a node (or {fix})")
+
+
+def actors_that_fit(
+    count: int, demand: dict[str, float], what: str, log: Callable[[str], None]
+) -> int:
+    """How many of `count` CPU-bound actors of `demand` each to start: all of them on a
+    cluster that can grow; on a Ray that cannot, no more than its free resources hold at once
+    (the others would wait forever, and the work given to them with them), at least one."""
+    if cluster_can_grow():
+        return count
+    free = ray.available_resources()
+    fit = min((int(free.get(k, 0.0) // v) for k, v in demand.items() if v > 0), default=count)
+    if fit >= count:
+        return count
+    fit = max(1, fit)
+    wanted = {k: v for k, v in demand.items() if v > 0}
+    log(
+        f"{count} {what} of {_resources(wanted)} each do not fit what this Ray has free "
+        f"({_resources(free)}): starting {fit}"
+    )
+    return fit
 
 
 def wait_until_up(refs: Sequence[Any], what: str, log: Callable[[str], None]) -> list[Any]:

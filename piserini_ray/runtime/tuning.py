@@ -17,7 +17,7 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
 from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options
-from piserini_ray.runtime.readiness import wait_until_up
+from piserini_ray.runtime.readiness import actors_that_fit, check_feasible, wait_until_up
 from piserini_ray.tuning import CellResult, GridStore, evaluate_cell
 
 
@@ -70,7 +70,10 @@ def tune_on_ray(
         retrieval = config.retrieval.with_resolved_index_root()
         ensure_index(load_benchmark(config.benchmark).corpus, retrieval, log)
         config = config.model_copy(update={"retrieval": retrieval})
-        replicas, cpus = _fit(replicas, config.runtime.cpus_per_replica, log)
+        cpus = config.runtime.cpus_per_replica
+        fix = "lower runtime.cpus_per_replica"
+        check_feasible({"CPU": cpus}, "grid workers", fix, cluster_can_grow(), log)
+        replicas = actors_that_fit(replicas, {"CPU": cpus}, "grid workers", log)
         workers = [
             TuningWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=cpus, **jvm_actor_options()
@@ -97,20 +100,3 @@ def tune_on_ray(
     wall = time.monotonic() - started
     wanted = {(k1, b) for k1 in k1s for b in bs}
     return [c for key, c in done.items() if key in wanted], wall
-
-
-def _fit(workers: int, cpus_each: float, log: Callable[[str], None]) -> tuple[int, float]:
-    """How many grid workers start, and the CPUs each reserves. The cells are CPU-bound, so
-    on a Ray that cannot grow no more workers start than its CPUs hold (the rest would wait
-    for a CPU forever, and the cells given to them with them)."""
-    have = float(ray.cluster_resources().get("CPU", 0.0))
-    if cluster_can_grow() or have <= 0 or workers * cpus_each <= have:
-        return workers, cpus_each
-    fit = int(have // cpus_each)
-    if fit < 1:  # one worker larger than the machine: it gets all of it
-        fit, cpus_each = 1, have
-    log(
-        f"{workers} grid workers of {cpus_each:g} CPU do not fit the {have:g} CPUs of this Ray: "
-        f"running {fit}"
-    )
-    return fit, cpus_each

@@ -99,3 +99,21 @@ def test_a_slow_start_says_what_it_waits_for(tmp_path: Path, monkeypatch) -> Non
     waiter.join(60)
     assert results == [["up"]]
     assert logs[0].startswith("waiting for 1 of 1 slow actors to start (free now: CPU 2")
+
+
+def test_more_index_encoders_than_cpus_start_as_many_as_fit() -> None:
+    # 3 encoder actors of 1 CPU on this 2-CPU Ray: the third would wait forever, and the
+    # whole build (which waits for every actor) with it.
+    deadline = time.monotonic() + 60  # (an earlier test's replica gives its CPU back)
+    while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    logs: list[str] = []
+    encode = ray_shard_encoder(DenseConfig(build_actors=3), logs.append)
+    vectors = dict(encode(iter([(0, ["the okapi"]), (1, ["a giraffe"]), (2, ["a zebra"])])))
+    assert sorted(vectors) == [0, 1, 2] and all(v.shape[0] == 1 for v in vectors.values())
+    assert any(
+        m.startswith("3 encoder actors of CPU 1 each do not fit what this Ray has free (CPU 2")
+        and m.endswith("starting 2")
+        for m in logs
+    )
+    assert any(m.startswith("2 encoder actor(s) on 1 node(s)") for m in logs)
