@@ -104,12 +104,14 @@ def execute(
     engine: Engine,
     log: Log,
     only: set[str] | None = None,
+    priced: list[PricingTable] | None = None,
 ) -> list[RunSummary]:
     """prepare -> engine -> a summary per run (the judging and reports are `finish`).
-    `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do."""
+    `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do.
+    `priced`: the runs' pricing tables when the caller made `preflight_runs` already."""
     with contextlib.ExitStack() as stack:
         stack.callback(engine.close)
-        prepared = prepare(runs, log, stack, only=only, engine=engine)
+        prepared = prepare(runs, log, stack, only=only, engine=engine, priced=priced)
         engine.run(prepared, log)
         return [
             summarize(
@@ -124,8 +126,6 @@ def execute(
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
     """The console summary of a run's records (statuses, tools, tokens, cost)."""
-    from piserini_ray.metrics.cost import pricing_for
-
     price = pricing_for(config).price(config.model.name)
     n = max(1, len(records))
     tools: Counter[str] = Counter()
@@ -166,13 +166,15 @@ def prepare(
     runs: list[tuple[RunConfig, Path | None]],
     log: Log,
     stack: contextlib.ExitStack,
-    pricing: PricingTable | None = None,
     only: set[str] | None = None,
     engine: Engine | None = None,
+    priced: list[PricingTable] | None = None,
 ) -> list[PreparedRun]:
     """Check and open every run; the stores close with `stack`. `engine`: started once the
-    configs pass their checks (`preflight_runs`), before the data is read."""
-    priced = preflight_runs([config for config, _ in runs], pricing)
+    configs pass their checks (`preflight_runs`, unless the caller made them: `priced`), before
+    the data is read."""
+    if priced is None:
+        priced = preflight_runs([config for config, _ in runs])
     if engine is not None:  # its workers come up while the data is checked
         engine.start([config for config, _ in runs], log)
     # One tiny request per hosted model: a wrong key or model name stops here, in seconds.

@@ -12,9 +12,7 @@ from piserini_ray.errors import ConfigError
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 
 
-def preflight_runs(
-    configs: Sequence[RunConfig], pricing: PricingTable | None = None
-) -> list[PricingTable]:
+def preflight_runs(configs: Sequence[RunConfig]) -> list[PricingTable]:
     """Every run of a sweep checked before any of it starts (quotas that runs share agree, and
     `preflight` of each); each run's pricing table. Cheap and import-light: the Ray engine
     makes these checks before it starts Ray, so a config mistake stops at once."""
@@ -23,7 +21,7 @@ def preflight_runs(
     check_quotas(configs)
     tables = []
     for config in configs:
-        table = pricing or pricing_for(config)
+        table = pricing_for(config)
         preflight(config, table)
         tables.append(table)
     return tables

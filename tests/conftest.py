@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -27,6 +29,28 @@ os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="piserini-ray-tests-
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
+T = TypeVar("T")
+
+
+def finishes(function: Callable[[], T], seconds: float = 300) -> T:
+    """`function()`'s result, or its error; a test failure (not a hung suite) when it is still
+    running after `seconds`: the guard of tests whose broken promise would be a silent wait."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as error:
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert outcome, f"still running after {seconds:g} s: it waits forever"
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def _find_shared() -> Path:

@@ -65,10 +65,10 @@ class RayEngine:
         if early is None:
             return
         try:
-            early.result()  # let Ray finish starting: it is then shut down whole at exit
+            replicas = early.result()  # let Ray finish starting: it is shut down whole at exit
         except BaseException:  # its error is not the one being reported
             return
-        early.result().close()
+        replicas.close()
 
 
 def _bring_up(
@@ -91,11 +91,11 @@ def run_on_ray(
     queries of their slices); one summary each."""
     from piserini_ray.preflight import preflight_runs
 
-    # The checks `prepare` begins with, made here too: a config mistake stops before Ray
+    # The checks `prepare` begins with, made here instead: a config mistake stops before Ray
     # starts, and Ray then starts before the pipeline's imports (seconds).
-    preflight_runs([config for config, _ in configs])
+    priced = preflight_runs([config for config, _ in configs])
     engine = RayEngine()
     engine.start([config for config, _ in configs], log)
     from piserini_ray.pipeline import execute
 
-    return execute(configs, engine, log, only)
+    return execute(configs, engine, log, only, priced)

@@ -32,7 +32,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from piserini_ray.config import DenseConfig
 from piserini_ray.retrieval.dense_index import ShardEncoder
 from piserini_ray.retrieval.encoder import encoder_identity
-from piserini_ray.runtime.ray_env import cluster_can_grow
 from piserini_ray.runtime.readiness import (
     StartupError,
     actors_that_fit,
@@ -170,7 +169,6 @@ def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEn
             {"CPU": 1, "GPU": dense.num_gpus},
             "dense-index encoder actors",
             "set retrieval.dense.num_gpus to 0 to encode on the CPU",
-            cluster_can_grow(),
             log,
         )
         demand = {"CPU": 1, "GPU": dense.num_gpus}

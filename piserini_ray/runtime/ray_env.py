@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Literal
 
 from piserini_ray.config import RuntimeConfig
 
@@ -48,11 +48,10 @@ def prepare_local_ray() -> None:
 
 _lock = threading.Lock()
 _startup: Future[None] | None = None
-#: This process started the local instance, so every Ray worker inherited `JVM_SAFE_ENV`.
-_started_here = False
-#: This process's `start_ray` connected it (started or joined), so `release_ray_async` may
-#: let go; a Ray that the caller had up (a test's, an embedding program's) is left alone.
-_connected_here = False
+#: How this process's `start_ray` connected it: "started" the local instance (so every Ray
+#: worker inherited `JVM_SAFE_ENV`) or "joined" a cluster; None when it did not (a Ray that the
+#: caller had up, a test's or an embedding program's, which `release_ray_async` leaves alone).
+_connected: Literal["started", "joined"] | None = None
 #: The thread that started Ray (and holds it), and what tells it to let go.
 _owner: threading.Thread | None = None
 _let_go = threading.Event()
@@ -93,24 +92,25 @@ def _ray_is_up() -> bool:
 
 def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading.Event) -> None:
     """Start (or join) Ray, then hold it until `let_go` is set, then shut it down."""
-    global _started_here, _connected_here
+    global _connected
     # On the main thread ray.init replaces our SIGTERM handler (a clean stop, like Ctrl-C)
     # with sys.exit; on this one it leaves it, and warns that it did: that is what we want.
     quiet = _DropMessage("SIGTERM handler is not set")
     logging.getLogger("ray._private.worker").addFilter(quiet)
     try:
-        # The driver's own C++ failure handler would print a crash trace for a plain SIGTERM
-        # (what `ray job stop` and schedulers send).
-        for key, value in JVM_SAFE_ENV.items():
-            os.environ.setdefault(key, value)
         address = cluster_address(runtime)
-        if not address:
-            prepare_local_ray()  # before Ray is imported
+        if address:
+            # The driver's own C++ failure handler would print a crash trace for a plain
+            # SIGTERM (what `ray job stop` and schedulers send).
+            for key, value in JVM_SAFE_ENV.items():
+                os.environ.setdefault(key, value)
+        else:
+            prepare_local_ray()  # before Ray is imported (it includes the same setting)
         import ray
 
         if address:
             ray.init(address=address, log_to_driver=True)
-            _connected_here = True
+            _connected = "joined"
             cpus = ray.cluster_resources().get("CPU", 0)
             log(f"joined the Ray cluster at {address}: {cpus:g} CPUs")
         else:
@@ -124,7 +124,7 @@ def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading
                 include_dashboard=runtime.dashboard,
                 log_to_driver=True,
             )
-            _started_here = _connected_here = True
+            _connected = "started"
             log(
                 f"started a local Ray instance: {num_cpus} CPUs, object store "
                 f"{runtime.object_store_mb} MB"
@@ -151,7 +151,7 @@ class _DropMessage(logging.Filter):
 def cluster_can_grow() -> bool:
     """Whether this process joined a cluster (which an autoscaler may grow) rather than a Ray
     on this machine: a demand no node meets is then worth waiting for."""
-    return (_connected_here and not _started_here) or bool(os.environ.get("RAY_ADDRESS"))
+    return _connected == "joined" or bool(os.environ.get("RAY_ADDRESS"))
 
 
 def jvm_actor_options() -> dict[str, Any]:
@@ -159,16 +159,16 @@ def jvm_actor_options() -> dict[str, Any]:
     process started (its workers inherited `JVM_SAFE_ENV`, and an actor without a runtime env
     reuses one of Ray's pre-started workers, a second sooner); the JVM-safe variables
     elsewhere."""
-    return {} if _started_here else {"runtime_env": {"env_vars": JVM_SAFE_ENV}}
+    return {} if _connected == "started" else {"runtime_env": {"env_vars": JVM_SAFE_ENV}}
 
 
 def release_ray_async() -> threading.Thread | None:
     """Shut Ray down on a background thread if `start_ray` connected this process (the local
     instance ends; a cluster is only left), so that the reports are written meanwhile; join
     the returned thread before exiting. None when there is nothing to let go."""
-    global _started_here, _connected_here
-    if not (_connected_here and _ray_is_up()) or _owner is None:
+    global _connected
+    if _connected is None or _owner is None or not _ray_is_up():
         return None
-    _started_here = _connected_here = False
+    _connected = None
     _let_go.set()
     return _owner

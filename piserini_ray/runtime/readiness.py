@@ -25,9 +25,14 @@ class StartupError(PiseriniRayError):
     """Actors that a run needs cannot start."""
 
 
+def _asked(demand: dict[str, float]) -> dict[str, float]:
+    """The resources `demand` actually asks for (a GPU count of 0 asks for nothing)."""
+    return {k: v for k, v in demand.items() if v > 0}
+
+
 def nodes_that_fit(demand: dict[str, float]) -> list[str]:
     """Ids of the alive nodes with at least `demand` of each resource (free or not)."""
-    wanted = {k: v for k, v in demand.items() if v > 0}
+    wanted = _asked(demand)
     return [
         n["NodeID"]
         for n in ray.nodes()
@@ -37,20 +42,20 @@ def nodes_that_fit(demand: dict[str, float]) -> list[str]:
 
 
 def check_feasible(
-    demand: dict[str, float], what: str, fix: str, can_grow: bool, log: Callable[[str], None]
+    demand: dict[str, float], what: str, fix: str, log: Callable[[str], None]
 ) -> None:
     """Refuse `demand` (the resources of one actor of `what`) when no alive node has that much
     of each resource; `fix` says what to change. Where the cluster can grow, warn instead."""
     if nodes_that_fit(demand):
         return
-    wanted = {k: v for k, v in demand.items() if v > 0}
+    wanted = _asked(demand)
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     largest = {k: max((node.get(k, 0.0) for node in nodes), default=0.0) for k in wanted}
     problem = (
         f"{what} need {_resources(wanted)} each, and no node of the cluster has that much (the "
         f"most any node has: {_resources(largest)})"
     )
-    if not can_grow:
+    if not cluster_can_grow():
         raise StartupError(f"{problem}: {fix}")
     log(f"warning: {problem}; waiting for the cluster to add such a node (or {fix})")
 
@@ -64,11 +69,11 @@ def actors_that_fit(
     if cluster_can_grow():
         return count
     free = ray.available_resources()
-    fit = min((int(free.get(k, 0.0) // v) for k, v in demand.items() if v > 0), default=count)
+    wanted = _asked(demand)
+    fit = min((int(free.get(k, 0.0) // v) for k, v in wanted.items()), default=count)
     if fit >= count:
         return count
     fit = max(1, fit)
-    wanted = {k: v for k, v in demand.items() if v > 0}
     log(
         f"{count} {what} of {_resources(wanted)} each do not fit what this Ray has free "
         f"({_resources(free)}): starting {fit}"

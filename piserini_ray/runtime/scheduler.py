@@ -117,7 +117,7 @@ def _replica_cpus(configs: list[RunConfig], runtime: Any, log: Callable[[str], N
     have = float(ray.cluster_resources().get("CPU", 0.0))
     if need <= have or have <= 0:
         return float(runtime.cpus_per_replica)
-    if runtime.address is not None:
+    if cluster_can_grow():
         log(
             f"warning: {wanted} searcher replicas reserve {need:g} CPUs and the cluster has "
             f"{have:g} now: the rest start when it grows (or lower runtime.cpus_per_replica)"
@@ -209,7 +209,6 @@ class Replicas:
             {"CPU": self.cpus},
             "searcher replicas",
             "lower runtime.cpus_per_replica",
-            cluster_can_grow(),
             log,
         )
         actors = [

@@ -16,7 +16,7 @@ import ray
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
-from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options
+from piserini_ray.runtime.ray_env import jvm_actor_options
 from piserini_ray.runtime.readiness import actors_that_fit, check_feasible, wait_until_up
 from piserini_ray.tuning import CellResult, GridStore, evaluate_cell
 
@@ -72,7 +72,7 @@ def tune_on_ray(
         config = config.model_copy(update={"retrieval": retrieval})
         cpus = config.runtime.cpus_per_replica
         fix = "lower runtime.cpus_per_replica"
-        check_feasible({"CPU": cpus}, "grid workers", fix, cluster_can_grow(), log)
+        check_feasible({"CPU": cpus}, "grid workers", fix, log)
         replicas = actors_that_fit(replicas, {"CPU": cpus}, "grid workers", log)
         workers = [
             TuningWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is

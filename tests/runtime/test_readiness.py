@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from conftest import finishes
 
 from piserini_ray.config import DenseConfig, load_config
 from piserini_ray.runtime import readiness, run_on_ray
@@ -22,13 +23,13 @@ pytestmark = pytest.mark.usefixtures("module_ray")
 
 def test_query_encoders_asking_for_a_gpu_no_node_has_are_an_error() -> None:
     with pytest.raises(StartupError, match=r"num_gpus is 1, and no node .* set it to 0"):
-        start_node_encoders(DenseConfig(num_gpus=1))
+        finishes(lambda: start_node_encoders(DenseConfig(num_gpus=1)))
 
 
 def test_index_encoders_asking_for_a_gpu_no_node_has_are_an_error() -> None:
     encode = ray_shard_encoder(DenseConfig(num_gpus=1))
     with pytest.raises(StartupError, match=r"need CPU 1, GPU 1 each.*num_gpus to 0"):
-        list(encode(iter([(0, ["a passage"])])))
+        finishes(lambda: list(encode(iter([(0, ["a passage"])]))))
 
 
 def test_a_dense_run_asking_for_a_gpu_stops_with_the_fix(
@@ -44,7 +45,7 @@ def test_a_dense_run_asking_for_a_gpu_stops_with_the_fix(
         },
     )
     with pytest.raises(StartupError, match="num_gpus"):
-        run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+        finishes(lambda: run_on_ray([(config, tmp_path / "run")], lambda _m: None))
 
 
 def test_a_replica_whose_constructor_fails_is_a_clean_error_naming_the_cause(
@@ -109,7 +110,8 @@ def test_more_index_encoders_than_cpus_start_as_many_as_fit() -> None:
         time.sleep(0.05)
     logs: list[str] = []
     encode = ray_shard_encoder(DenseConfig(build_actors=3), logs.append)
-    vectors = dict(encode(iter([(0, ["the okapi"]), (1, ["a giraffe"]), (2, ["a zebra"])])))
+    shards = [(0, ["the okapi"]), (1, ["a giraffe"]), (2, ["a zebra"])]
+    vectors = dict(finishes(lambda: list(encode(iter(shards)))))
     assert sorted(vectors) == [0, 1, 2] and all(v.shape[0] == 1 for v in vectors.values())
     assert any(
         m.startswith("3 encoder actors of CPU 1 each do not fit what this Ray has free (CPU 2")

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import ray
 import yaml
+from conftest import finishes
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
@@ -213,7 +214,7 @@ def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
     # 3 workers of 1 CPU on this 2-CPU Ray: the third would never start, and the cells given
     # to it would never finish; 2 run.
     assert _eventually(lambda: ray.available_resources().get("CPU") == 2)
-    cells, _ = tune_on_ray(config, k1s, bs, tmp_path, 3, logs.append)
+    cells, _ = finishes(lambda: tune_on_ray(config, k1s, bs, tmp_path, 3, logs.append))
     assert any(
         m.startswith("3 grid workers of CPU 1 each do not fit what this Ray has free (CPU 2")
         and m.endswith("starting 2")
