@@ -35,6 +35,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+#: Read a field's description from its `#:` / trailing comment when it has no
+#: `Field(description=...)`. False: such fields get an empty description (the section still
+#: starts with its model's docstring).
+FIELD_COMMENTS = True
+
 CONFIG_MARKER = "<!-- piserini-ray: config-reference -->"
 CLI_MARKER = "<!-- piserini-ray: cli-reference -->"
 
@@ -154,7 +159,7 @@ def _section(path: str, cls: type, recursive: bool) -> list[str]:
         return [*out, f"A {_code(cls.__name__)} again, as documented above.", ""]
     doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
     out += [f"*{cls.__name__}*" + (f": {_text(doc)}" if doc else ""), ""]
-    comments = _field_comments(cls)
+    comments = _field_comments(cls) if FIELD_COMMENTS else {}
     out += ["| key | type | default | description |", "|---|---|---|---|"]
     for name, field in cls.model_fields.items():
         key = f"{path}.{name}" if path else name
