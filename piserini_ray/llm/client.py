@@ -14,6 +14,7 @@ import functools
 import os
 import random
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,7 +24,14 @@ import orjson
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.errors import InfrastructureError
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError, classify, retrying
+from piserini_ray.llm.retry import (
+    Failure,
+    FailureKind,
+    RetryError,
+    classify,
+    note_reply_body,
+    retrying,
+)
 from piserini_ray.llm.secrets import scrub
 from piserini_ray.llm.usage import usage_from_response, usage_reported
 from piserini_ray.records import Usage
@@ -201,13 +209,18 @@ class LLMClient:
             started = time.monotonic()
             failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
             used: tuple[int, int] | None = None
+            logged: list[object] = []  # the raw reply litellm logs before parsing it
             try:
-                response = await litellm.acompletion(messages=messages, api_key=api_key, **params)
+                response = await litellm.acompletion(
+                    messages=messages, api_key=api_key, **params, logger_fn=_reply_log(logged)
+                )
                 failure = None
                 if usage_reported(response):
                     usage = usage_from_response(response)
                     used = (usage.input_tokens, usage.output_tokens)
             except Exception as exc:
+                if logged:  # a 200 whose body is an error object: the body decides
+                    note_reply_body(exc, logged[-1])
                 failure = classify(exc)
                 raise
             finally:
@@ -227,6 +240,18 @@ class LLMClient:
             scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
             raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
         return _completion(response, model_seconds, waited, attempts, failures, self.provider)
+
+
+def _reply_log(logged: list[object]) -> Callable[[dict[str, Any]], None]:
+    """litellm's `logger_fn`: it is handed the provider's raw reply after the HTTP call and
+    before the reply is parsed, which is the only place the body of a 200 carrying an error
+    object is seen whole (litellm then raises with its message alone)."""
+
+    def log(details: dict[str, Any]) -> None:
+        if details.get("log_event_type") == "post_api_call":
+            logged[:] = [details.get("original_response")]
+
+    return log
 
 
 def _completion(

@@ -1,10 +1,23 @@
 """Every retry decision of every LLM call, in one place.
 
 A failure is classified once (`classify`) into:
-- **rate limit** (HTTP 429): wait what `Retry-After` says, else jittered exponential back-off;
-- **transient** (5xx, connection errors, read time-outs): jittered exponential back-off;
-- **permanent** (auth, bad request, context window exceeded, quota exhausted, unknown model):
-  no retry; the query fails with the reason.
+- **rate limit**: wait what the provider says (`Retry-After`, Gemini's `RetryInfo`, the reset
+  header of the window it names), else jittered exponential back-off;
+- **transient** (5xx, 529, an error object in a 200, an error event in a stream, connection
+  errors, read time-outs): jittered exponential back-off, or the provider's `Retry-After`;
+- **quota exhausted** (no credit, a spend limit, a daily quota): no retry, and the run stops
+  starting queries, since every one of them would fail alike;
+- **permanent** (auth, bad request, context window exceeded, unknown model): no retry; the
+  query fails with the reason.
+
+**Status and body first, litellm's class second.** litellm maps some failures by their message
+text (a 500 whose message says "rate limit" becomes its `RateLimitError`, a 529 whose message
+mentions a context length its `ContextWindowExceededError`). So `classify` first finds what the
+provider sent (`provider_reply`: the status, headers and JSON body of the HTTP response litellm
+raised from, or the error object of a 200 reply litellm refused) and looks it up in `CATALOGUE`,
+built from the providers' published error formats. Only when no reply is known (a time-out, a
+refused connection, an exception built by hand) does litellm's class decide. No message text is
+ever read.
 
 `retrying` builds the tenacity policy: bounded by attempts and elapsed time, and reporting every
 wait to `on_wait` *before* sleeping, so a time budget sees a wait the moment it starts (the
@@ -14,14 +27,17 @@ pattern of inspect_ai's `model/_retry.py`, with our classification).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import enum
+import json
 import random
+import re
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
@@ -34,6 +50,9 @@ class FailureKind(enum.StrEnum):
     RATE_LIMIT = "rate_limit"
     TRANSIENT = "transient"
     PERMANENT = "permanent"
+    #: No credit left, a spend limit, a daily quota used up: never retried, and it stops the
+    #: run (`Failure.stops_run`).
+    QUOTA_EXHAUSTED = "quota_exhausted"
 
 
 @dataclass(frozen=True)
@@ -44,12 +63,508 @@ class Failure:
     #: The same call would fail for every query of the run (a bad key, an unknown model, an
     #: exhausted quota): the run stops starting queries.
     stops_run: bool = False
+    #: The provider's quota window that a rate limit says is full, as its body or headers
+    #: name it (never its message): "requests", "tokens", "input_tokens" or "output_tokens".
+    #: None for a rate limit that names no window (too many concurrent requests, or a
+    #: provider that does not say).
+    quota_window: str | None = None
+    #: The HTTP status the provider answered with (200 for an error object inside a
+    #: successful reply); None when no reply is known (a time-out, a refused connection).
+    status: int | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT)
 
 
 #: Called with (seconds, failure) before each back-off sleep, so the wait is on record first.
 OnWait = Callable[[float, Failure], None]
 
-_PERMANENT_429_CODES = ("insufficient_quota", "billing_hard_limit", "quota_exceeded")
+
+# ---------------------------------------------------------------- what the provider sent
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    """What the provider answered to a failed call, as far as the exception shows it."""
+
+    status: int
+    headers: Mapping[str, str]  # names in lower case
+    body: Any  # the JSON body, or None (not JSON, or not known)
+    #: `http`: the error response itself; `error_in_200`: a 200 whose body is an error object
+    #: (litellm refuses it and keeps only its message); `provider_status`: only the status
+    #: litellm's provider layer reported, with no HTTP error response behind it (an `error`
+    #: event inside a stream, which litellm reports as a 500).
+    source: Literal["http", "error_in_200", "provider_status"]
+
+
+#: Where `note_reply_body` leaves a 200 reply's error object on the exception.
+_REPLY_BODY = "_piserini_reply_body"
+
+
+#: Failures in which nothing came back (a refused connection, a time-out); with httpx's and
+#: the OpenAI SDK's transport errors, added where those are imported.
+_NO_REPLY: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+def note_reply_body(exc: BaseException, logged: object) -> None:
+    """Keep on `exc` the body of a 200 reply that litellm refused because it carries an error
+    object (OpenRouter and OpenAI-compatible servers answer so): litellm keeps only the
+    error's message, and the body is what decides. `logged` is the raw reply litellm handed
+    its `logger_fn` before parsing it (a JSON string, or already a dict)."""
+    body = _json(logged)
+    if isinstance(body, dict) and body.get("error"):
+        with contextlib.suppress(AttributeError):  # a type that takes no attributes
+            setattr(exc, _REPLY_BODY, body)
+
+
+def provider_reply(exc: BaseException) -> ProviderReply | None:
+    """The provider's reply behind `exc`, read from the exceptions litellm raised from (it
+    raises inside `except`, so the HTTP error with the real response is on the chain), else
+    from a 200 body `note_reply_body` kept, else from the status litellm's provider layer
+    reported; None when no reply is known."""
+    import httpx
+    import openai
+    from litellm.llms.base_llm.chat.transformation import BaseLLMException
+
+    no_reply = (*_NO_REPLY, httpx.TransportError, openai.APIConnectionError)
+
+    chain = list(_chain(exc))
+    for error in chain:
+        response: httpx.Response | None = None
+        if isinstance(error, httpx.HTTPStatusError):
+            response = error.response
+        elif isinstance(error, openai.APIStatusError) and not _is_litellms(error):
+            response = error.response  # the OpenAI SDK's own error: the real response
+        if response is not None:
+            return ProviderReply(
+                response.status_code, _lower(response.headers), _json(_content(response)), "http"
+            )
+    for error in chain:
+        body = getattr(error, _REPLY_BODY, None)
+        if body is not None:
+            return ProviderReply(200, {}, body, "error_in_200")
+    if any(isinstance(error, no_reply) for error in chain):
+        return None  # nothing came back: litellm's status for it is made up
+    for error in chain:
+        status = getattr(error, "status_code", None)
+        if (
+            isinstance(error, BaseLLMException)
+            and isinstance(status, int)
+            and not getattr(error, "status_code_is_synthesized", False)
+        ):
+            return ProviderReply(status, _lower(error.headers), None, "provider_status")
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo and len(seen) < 32:
+        error = todo.pop(0)
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        for nxt in (
+            getattr(error, "original_exception", None),  # litellm's MidStreamFallbackError
+            error.__cause__,
+            error.__context__,
+        ):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def _is_litellms(error: BaseException) -> bool:
+    """litellm's own exception classes subclass the OpenAI SDK's with a made-up response."""
+    return type(error).__module__.split(".")[0] == "litellm"
+
+
+def _content(response: Any) -> bytes | None:
+    try:
+        return bytes(response.content)
+    except Exception:  # a streamed response never read
+        return None
+
+
+def _json(raw: object) -> Any:
+    if isinstance(raw, dict | list):
+        return raw
+    if not isinstance(raw, str | bytes) or not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _lower(headers: object) -> dict[str, str]:
+    if not isinstance(headers, Mapping):
+        return {}
+    items = headers.multi_items() if hasattr(headers, "multi_items") else headers.items()
+    return {str(k).lower(): str(v) for k, v in items}
+
+
+# ---------------------------------------------------------------- the fields that decide
+
+
+@dataclass(frozen=True)
+class ErrorShape:
+    """The structured fields of a provider's error reply that the catalogue reads."""
+
+    #: The HTTP status, except for an error object inside a 200 whose `code` is an HTTP status
+    #: (OpenRouter: "the same status code as error.code"): that code.
+    status: int
+    http_status: int
+    source: str
+    type: str | None = None  # error.type (OpenAI, DeepSeek, Anthropic)
+    code: str | None = None  # error.code (OpenAI's string codes; OpenRouter's and Gemini's ints)
+    grpc_status: str | None = None  # error.status (Gemini's google.rpc code name)
+    detail_code: str | None = None  # error.details.error_code (Anthropic)
+    #: Gemini's `QuotaFailure` violations: (quotaId or quotaMetric, quotaValue).
+    quotas: tuple[tuple[str, str | None], ...] = ()
+    retry_delay: float | None = None  # Gemini's `RetryInfo.retryDelay`, in seconds
+    #: The response headers, with OpenRouter's `error.metadata.headers` beneath them.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def error_shape(reply: ProviderReply) -> ErrorShape:
+    body = reply.body
+    if isinstance(body, list) and body:  # Gemini may answer with a list of one error
+        body = body[0]
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error if isinstance(error, dict) else {}
+    code = error.get("code")
+    details = error.get("details")
+    quotas: list[tuple[str, str | None]] = []
+    retry_delay = None
+    for detail in details if isinstance(details, list) else []:
+        kind = str(detail.get("@type", "")) if isinstance(detail, dict) else ""
+        if kind.endswith("google.rpc.QuotaFailure"):
+            for violation in detail.get("violations") or []:
+                if isinstance(violation, dict):
+                    name = violation.get("quotaId") or violation.get("quotaMetric") or ""
+                    value = violation.get("quotaValue")
+                    quotas.append((str(name), None if value is None else str(value)))
+        elif kind.endswith("google.rpc.RetryInfo"):
+            retry_delay = parse_duration(str(detail.get("retryDelay", "")))
+    headers = dict(reply.headers)
+    metadata = error.get("metadata")
+    if isinstance(metadata, dict):
+        headers = _lower(metadata.get("headers")) | headers
+    status = reply.status
+    if reply.source == "error_in_200":
+        status = _as_status(code) or status
+    return ErrorShape(
+        status=status,
+        http_status=reply.status,
+        source=reply.source,
+        type=_str(error.get("type")),
+        code=_str(code),
+        grpc_status=_str(error.get("status")),
+        detail_code=_str(details.get("error_code")) if isinstance(details, dict) else None,
+        quotas=tuple(quotas),
+        retry_delay=retry_delay,
+        headers=headers,
+    )
+
+
+def _str(value: object) -> str | None:
+    return None if value is None or isinstance(value, dict | list) else str(value)
+
+
+def _as_status(code: object) -> int | None:
+    if isinstance(code, bool):
+        return None
+    if isinstance(code, int) or (isinstance(code, str) and code.isdigit()):
+        status = int(code)
+        return status if 100 <= status <= 599 else None
+    return None
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+#: OpenAI's `insufficient_quota` family: no credit, or a spend or usage limit reached.
+OPENAI_QUOTA_CODES = frozenset(
+    {
+        "insufficient_quota",
+        "credit_balance_exhausted",
+        "organization_spend_limit_exceeded",
+        "project_spend_limit_exceeded",
+        "organization_usage_limit_exceeded",
+        "billing_hard_limit_reached",
+        "billing_hard_limit",
+        "quota_exceeded",
+    }
+)
+
+
+def _gemini_windows(shape: ErrorShape) -> list[tuple[str, str | None, str | None]]:
+    """(resource, period, limit) of each quota a Gemini `QuotaFailure` names, from its quota
+    id (`GenerateRequestsPerMinutePerProjectPerModel-FreeTier`,
+    `GenerateContentInputTokensPerModelPerDay`, ...) or metric."""
+    found = []
+    for name, value in shape.quotas:
+        flat = name.lower().replace("_", "")
+        if "inputtoken" in flat:
+            resource = "input_tokens"
+        elif "outputtoken" in flat:
+            resource = "output_tokens"
+        elif "token" in flat:
+            resource = "tokens"
+        elif "request" in flat:
+            resource = "requests"
+        else:
+            continue
+        period = next((p for p in ("minute", "day", "hour") if f"per{p}" in flat), None)
+        found.append((resource, period, value))
+    return found
+
+
+def _gemini_exhausted(shape: ErrorShape) -> bool:
+    """A daily quota used up, or a model with a quota of 0 on this tier: waiting minutes
+    will not bring it back."""
+    return any(p == "day" or v == "0" for _, p, v in _gemini_windows(shape))
+
+
+@dataclass(frozen=True)
+class CatalogueRow:
+    provider: str
+    status: str
+    shape: str  # what of the body or headers the row reads
+    kind: FailureKind
+    retry_after: str  # where the wait comes from
+    matches: Callable[[ErrorShape], bool]
+    label: str
+    stops_run: bool = False
+
+
+def _row(
+    provider: str,
+    status: str,
+    shape: str,
+    kind: FailureKind,
+    retry_after: str,
+    matches: Callable[[ErrorShape], bool],
+    label: str,
+    stops_run: bool = False,
+) -> CatalogueRow:
+    return CatalogueRow(provider, status, shape, kind, retry_after, matches, label, stops_run)
+
+
+_RL, _TR, _PE, _QE = (
+    FailureKind.RATE_LIMIT,
+    FailureKind.TRANSIENT,
+    FailureKind.PERMANENT,
+    FailureKind.QUOTA_EXHAUSTED,
+)
+_EXPLICIT = "retry-after-ms / retry-after"
+
+#: The providers' published error formats, first match wins. Sources: OpenAI's error codes
+#: and rate-limit headers; Anthropic's errors page (429 `rate_limit_error`, 529
+#: `overloaded_error`, 500 `api_error`, `error` events in streams, `anthropic-ratelimit-*`);
+#: Gemini's google.rpc errors (`RESOURCE_EXHAUSTED` with `QuotaFailure` and `RetryInfo`,
+#: `UNAVAILABLE`); DeepSeek's error codes (402 insufficient balance, 429, 500, 503 server
+#: overloaded); OpenRouter's errors (`{"error": {"code", "message", "metadata"}}`, in a 200
+#: once the model started; 402 out of credits; `X-RateLimit-*`).
+CATALOGUE: tuple[CatalogueRow, ...] = (
+    # -- quota exhausted: waiting does not help
+    _row("OpenAI", "429", "error.type insufficient_quota, or error.code credit_balance_exhausted"
+         " / *_spend_limit_exceeded / organization_usage_limit_exceeded", _QE, "none",
+         lambda s: s.type == "insufficient_quota" or s.code in OPENAI_QUOTA_CODES,
+         "OpenAI insufficient_quota"),
+    _row("Anthropic", "429", "error.type rate_limit_error with error.details.error_code "
+         "enforced_spend_limit_reached", _QE, "none",
+         lambda s: s.status == 429 and s.detail_code == "enforced_spend_limit_reached",
+         "Anthropic enforced_spend_limit_reached"),
+    _row("Gemini", "429", "error.status RESOURCE_EXHAUSTED whose QuotaFailure names a per-day "
+         "quota, or a quota of 0", _QE, "none",
+         lambda s: s.status == 429 and s.grpc_status == "RESOURCE_EXHAUSTED"
+         and _gemini_exhausted(s),
+         "Gemini RESOURCE_EXHAUSTED (daily or zero quota)"),
+    _row("OpenRouter", "402 + Retry-After", "error.code 402 with a Retry-After header (the "
+         "in-flight spending budget)", _RL, _EXPLICIT,
+         lambda s: s.status == 402 and _explicit_wait(s.headers, None) is not None,
+         "OpenRouter 402 in-flight budget"),
+    _row("DeepSeek, OpenRouter, Anthropic", "402", "any body: insufficient balance (DeepSeek), "
+         "insufficient credits (OpenRouter), billing_error (Anthropic)", _QE, "none",
+         lambda s: s.status == 402, "402 payment required"),
+    # -- rate limits: wait, then retry
+    _row("OpenAI", "429", "error.code rate_limit_exceeded; error.type requests or tokens and "
+         "x-ratelimit-remaining-* = 0 name the window", _RL,
+         f"{_EXPLICIT}, else x-ratelimit-reset-<window> (1s, 6m0s, 20ms)",
+         lambda s: s.status == 429 and s.code == "rate_limit_exceeded",
+         "OpenAI 429 rate_limit_exceeded"),
+    _row("Anthropic", "429", "error.type rate_limit_error; anthropic-ratelimit-<window>-remaining"
+         " = 0 names the window", _RL,
+         "retry-after, else anthropic-ratelimit-<window>-reset (RFC 3339)",
+         lambda s: s.status == 429 and s.type == "rate_limit_error",
+         "Anthropic 429 rate_limit_error"),
+    _row("Gemini", "429", "error.status RESOURCE_EXHAUSTED; QuotaFailure's quotaId names the "
+         "window", _RL, "RetryInfo.retryDelay, else retry-after",
+         lambda s: s.status == 429 and s.grpc_status == "RESOURCE_EXHAUSTED",
+         "Gemini 429 RESOURCE_EXHAUSTED"),
+    _row("OpenRouter", "429", "error.code 429; X-RateLimit-Remaining = 0 (header or "
+         "error.metadata.headers) names the request window", _RL,
+         "retry-after, else X-RateLimit-Reset (epoch ms)",
+         lambda s: s.status == 429 and ("x-ratelimit-reset" in s.headers or s.code == "429"),
+         "OpenRouter 429"),
+    _row("DeepSeek, any", "429", "any body (DeepSeek: rate or concurrency)", _RL,
+         f"{_EXPLICIT}, else a reset header above, else back-off", lambda s: s.status == 429,
+         "429 rate limit"),
+    # -- transient: back off, then retry
+    _row("Anthropic", "529", "error.type overloaded_error", _TR, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status == 529, "Anthropic 529 overloaded_error"),
+    _row("Anthropic", "500", "error.type api_error", _TR, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status == 500 and s.type == "api_error", "Anthropic 500 api_error"),
+    _row("Anthropic (stream)", "200, then `event: error`", "no HTTP error and no broken "
+         "connection; litellm's provider error says 500 (it drops the event's type)", _TR,
+         "back-off", lambda s: s.source == "provider_status" and s.status >= 500,
+         "error event inside a stream"),
+    _row("Gemini", "503", "error.status UNAVAILABLE", _TR, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status == 503 and s.grpc_status == "UNAVAILABLE", "Gemini 503 UNAVAILABLE"),
+    _row("DeepSeek", "503", "any body (server overloaded)", _TR, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status == 503, "503 overloaded or unavailable"),
+    _row("OpenAI, OpenRouter", "200", "an `error` object whose code is no HTTP status (OpenAI "
+         "error.type server_error); one whose code is a status is classified as that status",
+         _TR, "back-off", lambda s: s.status == 200, "error object in a 200 reply"),
+    _row("any", "5xx", "any body (OpenAI server_error, OpenRouter 502 model down, Gemini "
+         "INTERNAL / DEADLINE_EXCEEDED)", _TR, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status >= 500, "5xx server error"),
+    _row("any", "408, 409", "any body (a time-out at the provider, Anthropic conflict_error)",
+         _TR, f"{_EXPLICIT}, else back-off", lambda s: s.status in (408, 409),
+         "provider time-out or conflict"),
+    # -- permanent
+    _row("OpenAI", "400", "error.code context_length_exceeded", _PE, "none",
+         lambda s: s.status == 400 and s.code == "context_length_exceeded",
+         "context window exceeded"),
+    _row("any", "401, 403, 404", "any body (bad key, no access, unknown model)", _PE, "none",
+         lambda s: s.status in (401, 403, 404), "refused", stops_run=True),
+    _row("any", "other 4xx", "any body (invalid request)", _PE, "none",
+         lambda s: 400 <= s.status < 500, "invalid request"),
+)  # fmt: skip
+
+
+def catalogue_row(shape: ErrorShape) -> CatalogueRow | None:
+    return next((row for row in CATALOGUE if row.matches(shape)), None)
+
+
+def catalogue_table() -> str:
+    """`CATALOGUE` as a Markdown table, in matching order (for notes and docs)."""
+    lines = [
+        "| provider | status | body / headers | class | retry-after from |",
+        "|---|---|---|---|---|",
+    ]
+    for row in CATALOGUE:
+        stops = row.stops_run or row.kind is FailureKind.QUOTA_EXHAUSTED
+        kind = row.kind.value + (" (stops the run)" if stops else "")
+        lines.append(
+            f"| {row.provider} | {row.status} | {row.shape} | {kind} | {row.retry_after} |"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- waits and windows
+
+
+def parse_duration(value: str) -> float | None:
+    """Seconds in a Go-style duration (`1s`, `6m0s`, `20ms`, `1h2m3.5s`: OpenAI's reset
+    headers) or a protobuf one (`46s`, `0.5s`: Gemini's `retryDelay`); None if neither."""
+    value = value.strip()
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return None
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def _explicit_wait(headers: Mapping[str, str], now: float | None) -> float | None:
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+    except ValueError:
+        pass
+    if (value := headers.get("retry-after")) is not None:
+        return parse_retry_after(value, now)
+    return None
+
+
+def _is_zero(value: str | None) -> bool:
+    try:
+        return value is not None and float(value) == 0
+    except ValueError:
+        return False
+
+
+def quota_window(shape: ErrorShape) -> str | None:
+    """The window a 429 names as full: Gemini's quota id; the `*-remaining` header at 0
+    (OpenAI, Anthropic, OpenRouter); OpenAI's `error.type` (`requests` or `tokens`)."""
+    if gemini := _gemini_windows(shape):
+        return gemini[0][0]
+    h = shape.headers
+    for resource in ("requests", "tokens"):
+        if _is_zero(h.get(f"x-ratelimit-remaining-{resource}")):
+            return resource
+    for resource in ("requests", "tokens", "input-tokens", "output-tokens"):
+        if _is_zero(h.get(f"anthropic-ratelimit-{resource}-remaining")):
+            return resource.replace("-", "_")
+    if _is_zero(h.get("x-ratelimit-remaining")):
+        return "requests"  # OpenRouter counts requests
+    if shape.type in ("requests", "tokens"):
+        return shape.type
+    return None
+
+
+def _reset_wait(shape: ErrorShape, window: str | None, now: float | None) -> float | None:
+    """Seconds until the named window resets, from the provider's reset headers."""
+    h = shape.headers
+    now = time.time() if now is None else now
+    if window is not None:
+        if (value := h.get(f"x-ratelimit-reset-{window}")) is not None:
+            return parse_duration(value)
+        if (value := h.get(f"anthropic-ratelimit-{window.replace('_', '-')}-reset")) is not None:
+            try:
+                moment = datetime.fromisoformat(value.strip())
+            except ValueError:
+                return None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return max(0.0, moment.timestamp() - now)
+    if (value := h.get("x-ratelimit-reset")) is not None:  # OpenRouter: epoch milliseconds
+        try:
+            number = float(value)
+        except ValueError:
+            return parse_duration(value)
+        if number > 1e11:
+            return max(0.0, number / 1000 - now)
+        return max(0.0, number - now) if number > 1e9 else number
+    return None
+
+
+def _failure_from(row: CatalogueRow, shape: ErrorShape, exc: BaseException) -> Failure:
+    kind = row.kind
+    wait = shape.retry_delay
+    if wait is None:
+        wait = _explicit_wait(shape.headers, None)
+    window = quota_window(shape) if shape.status == 429 else None
+    if wait is None and kind is FailureKind.RATE_LIMIT:
+        wait = _reset_wait(shape, window, None)
+    prefix = "quota exhausted: " if kind is FailureKind.QUOTA_EXHAUSTED else ""
+    # A status only litellm's provider layer reported is no HTTP status the provider sent.
+    status = shape.http_status if shape.source != "provider_status" else None
+    where = f"HTTP {status}" if status is not None else f"provider status {shape.status}"
+    return Failure(
+        kind,
+        f"{prefix}{row.label} ({where}): {type(exc).__name__}: {exc}",
+        retry_after=wait if kind in (FailureKind.RATE_LIMIT, FailureKind.TRANSIENT) else None,
+        stops_run=row.stops_run or kind is FailureKind.QUOTA_EXHAUSTED,
+        quota_window=window if kind is not FailureKind.TRANSIENT else None,
+        status=status,
+    )
+
+
+# ---------------------------------------------------------------- classification
 
 
 def retry_after_seconds(exc: BaseException, now: float | None = None) -> float | None:
@@ -59,17 +574,8 @@ def retry_after_seconds(exc: BaseException, now: float | None = None) -> float |
         getattr(exc, "litellm_response_headers", None),
         getattr(getattr(exc, "response", None), "headers", None),
     ):
-        if not headers:
-            continue
-        try:
-            if (ms := headers.get("retry-after-ms")) is not None:
-                return max(0.0, float(ms) / 1000)
-        except (TypeError, ValueError):
-            pass
-        if (value := headers.get("retry-after")) is not None:
-            seconds = parse_retry_after(str(value), now)
-            if seconds is not None:
-                return seconds
+        if headers and (seconds := _explicit_wait(_lower(headers), now)) is not None:
+            return seconds
     return None
 
 
@@ -90,40 +596,54 @@ def parse_retry_after(value: str, now: float | None = None) -> float | None:
 
 
 def classify(exc: BaseException) -> Failure:
-    """Map any exception from an LLM call to rate limit, transient or permanent."""
-    # Imported here: the limiter (and its actor) use this module's types but never call a
-    # model, and litellm costs them seconds of start-up.
-    import litellm
-
+    """Map any exception from an LLM call to rate limit, transient, quota exhausted or
+    permanent: by the provider's status and body (`CATALOGUE`) when its reply is known, else
+    by litellm's exception class."""
     reason = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, RequestTooLarge):  # refused by our limiter before it was sent
         return Failure(FailureKind.PERMANENT, str(exc))
     if isinstance(exc, InfrastructureError):  # not the call's fault: it goes up as it is
         return Failure(FailureKind.PERMANENT, reason)
+    # Imported here: the limiter (and its actor) use this module's types but never call a
+    # model, and litellm costs them seconds of start-up.
+    reply = provider_reply(exc)
+    if reply is not None:
+        shape = error_shape(reply)
+        row = catalogue_row(shape)
+        if row is not None:
+            return _failure_from(row, shape, exc)
+    return _by_class(exc, reason)
+
+
+def _by_class(exc: BaseException, reason: str) -> Failure:
+    """No reply known: litellm's class decides (its status, its body's codes; never its
+    message). `Failure.status` stays None: nothing says what the provider sent, if anything."""
+    import litellm
+
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
     if isinstance(exc, litellm.RateLimitError):
         body = getattr(exc, "body", None)
-        codes = {str(body.get(k)) for k in ("code", "type")} if isinstance(body, dict) else set()
-        text = str(exc).lower()
-        if codes & set(_PERMANENT_429_CODES) or "exceeded your current quota" in text:
-            return Failure(FailureKind.PERMANENT, f"quota exhausted: {reason}", stops_run=True)
-        return Failure(FailureKind.RATE_LIMIT, reason, retry_after_seconds(exc))
+        body = body if isinstance(body, dict) else {}
+        if {str(body.get("code")), str(body.get("type"))} & OPENAI_QUOTA_CODES:
+            return Failure(FailureKind.QUOTA_EXHAUSTED, f"quota exhausted: {reason}", None, True)
+        window = body.get("type") if body.get("type") in ("requests", "tokens") else None
+        return Failure(FailureKind.RATE_LIMIT, reason, retry_after_seconds(exc), False, window)
+    if isinstance(exc, litellm.PaymentRequiredError):
+        return Failure(FailureKind.QUOTA_EXHAUSTED, f"quota exhausted: {reason}", None, True)
     if isinstance(exc, litellm.ContextWindowExceededError):
         return Failure(FailureKind.PERMANENT, f"context window exceeded: {reason}")
     if isinstance(
         exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
     ):
         return Failure(FailureKind.PERMANENT, reason, stops_run=True)
-    permanent = (
-        litellm.BadRequestError,
-        litellm.UnprocessableEntityError,
-    )
-    if isinstance(exc, permanent):
+    if isinstance(exc, litellm.BadRequestError | litellm.UnprocessableEntityError):
         return Failure(FailureKind.PERMANENT, reason)
     transient = (
         litellm.Timeout,
         litellm.APIConnectionError,
         litellm.InternalServerError,
-        litellm.ServiceUnavailableError,
+        litellm.ServiceUnavailableError,  # also litellm's MidStreamFallbackError
         litellm.BadGatewayError,
         litellm.APIError,
         asyncio.TimeoutError,
@@ -131,8 +651,7 @@ def classify(exc: BaseException) -> Failure:
     )
     if isinstance(exc, transient):
         return Failure(FailureKind.TRANSIENT, reason)
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and status >= 500:
+    if status is not None and status >= 500:
         return Failure(FailureKind.TRANSIENT, reason)
     return Failure(FailureKind.PERMANENT, f"unexpected error: {reason}")
 
@@ -186,7 +705,7 @@ def retrying(
 
     def retryable(exc: BaseException) -> bool:
         failure = classify(exc)
-        if failure.kind is FailureKind.PERMANENT:
+        if not failure.retryable:
             return False
         return not (
             failure.retry_after is not None and failure.retry_after > config.max_retry_after
@@ -195,8 +714,8 @@ def retrying(
     def wait(state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         failure = classify(exc) if exc else None
-        if failure and failure.kind is FailureKind.RATE_LIMIT and failure.retry_after is not None:
-            return failure.retry_after
+        if failure and failure.retryable and failure.retry_after is not None:
+            return failure.retry_after  # the provider said how long
         return backoff_seconds(state.attempt_number, config, rng)
 
     def before_sleep(state: RetryCallState) -> None:
