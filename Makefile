@@ -26,6 +26,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 format: setup

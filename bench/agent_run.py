@@ -25,7 +25,7 @@ import orjson
 from _common import append_results, cycled_sample, header, percentile
 
 from piserini_ray.config import load_config
-from piserini_ray.local_run import run_local
+from piserini_ray.pipeline import run_local
 from piserini_ray.records import QueryRecord
 
 OUT = Path(__file__).parent / "out"

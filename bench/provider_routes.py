@@ -23,8 +23,8 @@ from piserini_ray.config import load_config
 from piserini_ray.llm.check import PROMPT
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.pipeline import run_on_ray
 from piserini_ray.records import Usage
-from piserini_ray.runtime import run_on_ray
 from piserini_ray.store import RunStore
 
 ROUTES = {  # price-table name: (litellm route, api_base suffix, extra model settings)

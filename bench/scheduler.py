@@ -48,8 +48,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from piserini_ray.config import load_config  # noqa: E402
 from piserini_ray.offline.long_horizon import planned_calls  # noqa: E402
+from piserini_ray.pipeline import run_on_ray  # noqa: E402
 from piserini_ray.records import QueryRecord  # noqa: E402
-from piserini_ray.runtime import run_on_ray  # noqa: E402
 
 OUT = Path(__file__).parent / "out" / "scheduler"
 MEAN_LATENCY = 2.0  # seconds per model call before scaling (the latency model)

@@ -16,9 +16,8 @@ from piserini_ray.errors import ConfigError, PiseriniRayError
 from piserini_ray.store import manifest_config
 
 if TYPE_CHECKING:
-    from piserini_ray.config import ModelConfig
-    from piserini_ray.pipeline import RunSummary
-    from piserini_ray.report.paired import PairedComparison
+    from piserini_ray.engine import RunSummary
+    from piserini_ray.pipeline import Report
     from piserini_ray.retrieval.backends import SearchBackend
 
 
@@ -108,33 +107,44 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the agent over the configured slice (default: the embedded sample with the
     offline heuristic model), records in a run directory, then the summary."""
+    from piserini_ray import pipeline
+
     config = _config(args)
     if args.check:
-        from piserini_ray.llm.check import check_models
-
-        check_models([config], _log, include_offline=True)
+        pipeline.check_models([config], _log, include_offline=True)
         return 0
-    summary = _execute(config, args.run_dir, args.engine, args.concurrency)
-    _print_summary(summary)
-    _report([(config, Path(summary.run_dir))], on_ray=args.engine == "ray")
+    _run_and_report([(config, args.run_dir)], args.engine, args.concurrency)
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
-    config = manifest_config(args.run_dir)
-    _print_summary(_execute(config, args.run_dir, args.engine, args.concurrency))
-    _report([(config, args.run_dir)], on_ray=args.engine == "ray")
+    _run_and_report([(manifest_config(args.run_dir), args.run_dir)], args.engine, args.concurrency)
     return 0
+
+
+def _run_and_report(
+    runs: list[tuple[RunConfig, Path | None]],
+    engine: str,
+    concurrency: int,
+    reference: Path | None = None,
+) -> None:
+    from piserini_ray import pipeline
+
+    chosen = pipeline.make_engine(engine, concurrency, release_ray=True)
+    _print_report(pipeline.run_and_report(runs, chosen, _log, _print_summary, reference))
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
     """Judge a run's answers not judged yet, then write its report. `--judge MODEL` adds that
     judge's verdicts beside the run's own judge's; the report shows their agreement."""
+    from piserini_ray import pipeline
     from piserini_ray.config import ModelConfig
 
     extra = [ModelConfig(name=name) for name in args.judge or []]
-    _report([(manifest_config(d), d) for d in args.run_dirs], extra_judges=extra)
+    engine = pipeline.make_engine(args.engine, release_ray=True)
+    runs = [(manifest_config(d), d) for d in args.run_dirs]
+    _print_report(pipeline.report_runs(runs, _log, engine, extra_judges=extra))
     return 0
 
 
@@ -158,11 +168,12 @@ def cmd_pricing_check(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of runs against the first, over the queries they share (no model is
     called: each run's own judge's verdicts)."""
+    from piserini_ray.pipeline import compare
     from piserini_ray.report.paired import paired_markdown
 
     if len(args.run_dirs) < 2:
         raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
-    comparisons = _comparisons(args.run_dirs[0], args.run_dirs[1:], args.seed)
+    comparisons = compare(args.run_dirs[0], args.run_dirs[1:], _log, args.seed)
     table = paired_markdown(comparisons)
     print(table)
     if args.out is not None:
@@ -177,7 +188,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Report runs side by side from what is judged already (no model is called)."""
-    _report([(manifest_config(d), d) for d in args.run_dirs], judge=False, out=args.out)
+    from piserini_ray.pipeline import report_runs
+
+    runs = [(manifest_config(d), d) for d in args.run_dirs]
+    _print_report(report_runs(runs, _log, out=args.out))
     return 0
 
 
@@ -322,82 +336,23 @@ def cmd_evidence_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(
-    runs: list[tuple[RunConfig, Path]],
-    judge: bool = True,
-    out: Path | None = None,
-    on_ray: bool = False,
-    extra_judges: Sequence[ModelConfig] = (),
-    reference: Path | None = None,
-) -> None:
-    """Finish each run, print the table; for several runs (or `out`) a combined report, with a
-    paired comparison of every run against `reference` when one is named."""
-    from piserini_ray.pipeline import finish, judge_run
-    from piserini_ray.report import markdown_report, write_html_report
-
-    released = None
-    if on_ray:  # judge every run on Ray, then let Ray go while the reports are written
-        from piserini_ray.runtime.ray_env import release_ray_async
-
-        if judge:
-            for config, run_dir in runs:
-                judge_run(config, Path(run_dir), _log, on_ray, extra_judges)
-        released = release_ray_async()
-    metrics = [
-        finish(config, Path(run_dir), _log, judge and not on_ray, extra_judges=extra_judges)
-        for config, run_dir in runs
-    ]
-    table = markdown_report(metrics)
-    print("\n" + table.split("\n\n## ", 1)[0])
-    for _, run_dir in runs:
-        run = Path(run_dir).absolute()
+def _print_report(report: Report) -> None:
+    print("\n" + report.table.split("\n\n## ", 1)[0])
+    for metrics in report.metrics:
+        run = Path(metrics.run_dir).absolute()
         print(
             f"report: {run / 'report.md'}  {run / 'report.html'}  summary: {run / 'summary.json'}"
         )
-    if out is not None or len(runs) > 1:
-        folder = out or Path(runs[0][1]).parent
-        folder.mkdir(parents=True, exist_ok=True)
-        if reference is not None:
-            from piserini_ray.report.paired import paired_markdown
-
-            others = [Path(d) for _, d in runs if Path(d).absolute() != reference.absolute()]
-            paired = paired_markdown(_comparisons(reference, others))
-            print("\n" + paired)
-            table += "\n" + paired
-        (folder / "report.md").write_text(table)
-        page = write_html_report(metrics, folder, pareto=True)
-        print(f"combined report: {folder / 'report.md'}  {page}")
-    if released is not None:
-        released.join()
-
-
-def _comparisons(reference: Path, others: Sequence[Path], seed: int = 0) -> list[PairedComparison]:
-    from piserini_ray.pipeline import run_facts
-    from piserini_ray.report.paired import compare_runs
-
-    base = run_facts(reference, _log)
-    return [compare_runs(base, run_facts(d, _log), seed) for d in others]
-
-
-def _execute(
-    config: RunConfig,
-    run_dir: Path | None,
-    engine: str,
-    concurrency: int,
-    only: set[str] | None = None,
-) -> RunSummary:
-    if engine == "local":
-        from piserini_ray.local_run import run_local
-
-        return run_local(config, run_dir, concurrency, log=_log, only=only)
-    from piserini_ray.runtime import run_on_ray
-
-    return run_on_ray([(config, run_dir)], _log, only)[0]
+    if report.paired:
+        print("\n" + report.paired)
+    if report.combined:
+        print("combined report: " + "  ".join(str(p) for p in report.combined))
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Run a seeded pilot of the slice in the run's own directory (paid once: the full run
     resumes after it) and project the whole slice's cost, tokens and makespan."""
+    from piserini_ray import pipeline
     from piserini_ray.estimate import describe, pilot_ids, project
     from piserini_ray.metrics.cost import pricing_for
     from piserini_ray.store import RunStore
@@ -407,7 +362,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     benchmark = load_benchmark(config.benchmark)
     ids = [q.query_id for q in benchmark.select(**config.slice.model_dump())]
     pilot = set(pilot_ids(ids, args.pilot, config.slice.seed))
-    summary = _execute(config, args.run_dir, args.engine, args.concurrency, only=pilot)
+    engine = pipeline.make_engine(args.engine, args.concurrency, release_ray=True)
+    try:
+        (summary,) = pipeline.execute([(config, args.run_dir)], engine, _log, only=pilot)
+    finally:
+        engine.close()
     with RunStore(Path(summary.run_dir), config) as store:
         records = [r for r in store.iter_records(trajectory=False) if r.query_id in pilot]
     runtime = config.runtime
@@ -426,15 +385,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
-    from piserini_ray.runtime import run_on_ray
     from piserini_ray.sweep import expand_sweep, reference_run
 
     runs = expand_sweep(args.config, args.runs_root)
     reference = reference_run(args.config, runs)  # a bad reference stops before any work
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
-    for summary in run_on_ray(list(runs), _log):
-        _print_summary(summary)
-    _report(list(runs), on_ray=True, reference=reference)
+    _run_and_report(list(runs), "ray", 0, reference=reference)
     return 0
 
 
@@ -470,9 +426,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     from piserini_ray.agent.loop import run_query
     from piserini_ray.data import Query
-    from piserini_ray.llm.client import LLMClient
-    from piserini_ray.llm.limiter import LOCAL_LIMITERS
-    from piserini_ray.local_run import model_endpoint
+    from piserini_ray.endpoints import ModelEndpoints
+    from piserini_ray.local_run import local_client
     from piserini_ray.tools import ToolSession, tool_schemas
 
     cfg = manifest_config(args.run_dir) if args.run_dir else _config(args)
@@ -514,9 +469,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print(f"--- steer: submit now (at {data['charged']:.1f} s charged)\n")
 
     searcher = _searcher(cfg, benchmark)
-    with model_endpoint(cfg) as api_base:
-        limiter = LOCAL_LIMITERS.limiter(cfg.model, cfg.offline)  # model.rate_limit holds
-        client = LLMClient(cfg.model, cfg.retry, api_base=api_base, limiter=limiter)
+    with ModelEndpoints() as endpoints:
+        client = local_client(cfg.model, cfg, endpoints)  # model.rate_limit holds
         session = ToolSession(searcher, cfg.tools, args.spill_dir)
         record = asyncio.run(
             run_query(
@@ -638,6 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="also judge with MODEL (repeatable; e.g. offline/lenient-judge): its verdicts go "
         "beside the run's judge's, and the report shows their agreement and kappa",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: judge from this process (default); ray: under the cluster-wide limiters",
     )
     p.set_defaults(func=cmd_judge)
     p = sub.add_parser("pricing", help="Check the pricing table against litellm's price map.")

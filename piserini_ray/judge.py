@@ -18,8 +18,7 @@ import orjson
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
-from piserini_ray.llm.client import Limiter, LLMClient
-from piserini_ray.llm.limiter import LOCAL_LIMITERS
+from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import Judgement, QueryRecord, Usage
 from piserini_ray.store import RunStore
@@ -166,20 +165,17 @@ async def judge_records(
     store: RunStore,
     records: list[QueryRecord],
     queries: dict[str, Query],
-    api_base: str | None,
+    client: LLMClient,
     log: Callable[[str], None] = lambda _m: None,
-    limiter: Limiter | None = None,
 ) -> dict[str, Judgement]:
-    """Judge every record that has no verdict from this judge yet (or only a failed one);
-    write each verdict as it comes; return all verdicts. `limiter`: the judge's (default: this
-    process's limiter for its quota key; on Ray, the cluster-wide one)."""
+    """Judge every record that has no verdict from `config`'s judge yet (or only a failed
+    one) with `client` (the judge model's, under its quota key's limiter: the engine builds
+    it); write each verdict as it comes; return all verdicts."""
     model: ModelConfig = config.judge_model()
     done = store.judgements(model.name)
     todo = to_judge(records, done)
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
-        limiter = limiter or LOCAL_LIMITERS.limiter(model, config.offline)
-        client = LLMClient(model, config.retry, api_base or model.api_base, limiter)
         items = [(queries[r.query_id], r) for r in todo]
         async for judgement in judge_many(
             client, items, config.judge.max_parse_retries, config.judge.concurrency

@@ -1,70 +1,60 @@
 """The local engine: a benchmark slice in this process (asyncio, no Ray), for `--engine local`,
 `ask` and rehearsing a run on one machine.
 
-Each finished query is written to the run store at once; running the same command again skips
-every query that has a record, so an interrupted run resumes without losing or repeating one.
+Each finished query is written to the run store at once (`PreparedRun.complete`, as on Ray);
+running the same command again skips every query that has a record, so an interrupted run
+resumes without losing or repeating one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
+from piserini_ray.endpoints import ModelEndpoints
+from piserini_ray.engine import Log, PreparedRun
 from piserini_ray.errors import ProviderRefused
+from piserini_ray.judge import judge_records
 from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.clients import build_client
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
-from piserini_ray.pipeline import Log, PreparedRun, RunSummary, execute
+from piserini_ray.progress import Progress
+from piserini_ray.records import QueryRecord
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
+from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
-@contextmanager
-def endpoint_for(model: ModelConfig, config: RunConfig) -> Iterator[str | None]:
-    """The API base for a model: the offline provider on loopback for an offline model without
-    an explicit `api_base` (started here with the run's offline settings, stopped on exit)."""
-    if model.is_offline and model.api_base is None:
-        from piserini_ray.offline import OfflineProvider
-
-        with OfflineProvider(config.offline) as provider:
-            yield provider.base_url
-    else:
-        yield model.api_base
-
-
-def model_endpoint(config: RunConfig) -> contextlib.AbstractContextManager[str | None]:
-    return endpoint_for(config.model, config)
+def local_client(model: ModelConfig, config: RunConfig, endpoints: ModelEndpoints) -> LLMClient:
+    """A client for one of a run's models in this process: its endpoint, and this process's
+    limiter for its quota key (the one `ask`, the judge and the local engine share)."""
+    return build_client(
+        model,
+        config.retry,
+        config.offline,
+        api_base=endpoints.api_base(model, config.offline),
+        limiters=LOCAL_LIMITERS,
+    )
 
 
 async def _run_all(
-    run: PreparedRun,
-    searcher: SearchBackend,
-    api_base: str | None,
-    concurrency: int,
-    log: Callable[[str], None],
-) -> int:
-    config, queries, store = run.config, run.todo, run.store
-    limiter = LOCAL_LIMITERS.limiter(config.model, config.offline)
-    client = LLMClient(config.model, config.retry, api_base=api_base, limiter=limiter)
+    run: PreparedRun, searcher: SearchBackend, client: LLMClient, concurrency: int
+) -> None:
+    config, store = run.config, run.store
     schemas = tool_schemas(config.tools)
     gate = asyncio.Semaphore(concurrency)
-    counts: Counter[str] = Counter()
-    total = len(queries)
+    progress = Progress(len(run.todo))
     running = 0
 
     async def one(query: Query) -> None:
         nonlocal running
         async with gate:
-            if not run.guard.may_start(running):
+            if not run.may_start(running):
                 return
             running += 1
+            progress.running = running
             session = ToolSession(searcher, config.tools)  # the store writes its spill files
             try:
                 record = await run_query(
@@ -77,25 +67,16 @@ async def _run_all(
                     config_hash=store.config_hash,
                 )
             except ProviderRefused as refused:  # every query would fail alike: none more
-                run.guard.halt(str(refused))
+                run.refused(str(refused))
                 return
             finally:
                 running -= 1
-            store.append(record)
-            run.guard.finished(record.usage)
-            counts[record.status] += 1
-            calls = sum(record.tool_call_counts.values())
-            log(
-                f"[{sum(counts.values())}/{total}] {query.query_id}: {record.status} "
-                f"({calls} tool calls, {record.usage.input_tokens + record.usage.output_tokens} "
-                f"tokens, {record.charged_seconds:.1f} s) | "
-                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-            )
+                progress.running = running
+            run.complete(record, progress)
+            progress.show()
 
-    await asyncio.gather(*(one(q) for q in queries))
-    if run.guard.stop_reason():
-        log(f"stopped: {run.guard.stop_reason()}")
-    return sum(counts.values())
+    await asyncio.gather(*(one(q) for q in run.todo))
+    progress.close()
 
 
 class LocalEngine:
@@ -103,29 +84,31 @@ class LocalEngine:
 
     def __init__(self, concurrency: int = 4) -> None:
         self.concurrency = concurrency
+        self.endpoints = ModelEndpoints()
 
     def start(self, configs: list[RunConfig], log: Log) -> None:
         pass  # nothing to bring up: the searcher opens in `run`
-
-    def close(self) -> None:
-        pass
 
     def run(self, runs: list[PreparedRun], log: Log) -> None:
         for run in runs:
             if not run.todo:
                 continue
             searcher = open_backend(run.index, run.config.retrieval)
-            with model_endpoint(run.config) as api_base:
-                run.ran = asyncio.run(_run_all(run, searcher, api_base, self.concurrency, log))
+            client = local_client(run.config.model, run.config, self.endpoints)
+            asyncio.run(_run_all(run, searcher, client, self.concurrency))
+            if run.guard.stop_reason():
+                log(f"stopped: {run.guard.stop_reason()}")
 
+    def judge(
+        self,
+        config: RunConfig,
+        store: RunStore,
+        records: list[QueryRecord],
+        queries: dict[str, Query],
+        log: Log,
+    ) -> None:
+        client = local_client(config.judge_model(), config, self.endpoints)
+        asyncio.run(judge_records(config, store, records, queries, client, log))
 
-def run_local(
-    config: RunConfig,
-    run_dir: Path | None = None,
-    concurrency: int = 4,
-    log: Log = lambda m: print(m, file=sys.stderr, flush=True),
-    only: set[str] | None = None,
-) -> RunSummary:
-    """Run (or resume) the configured slice in this process (`only`: just those queries of
-    it); its summary."""
-    return execute([(config, run_dir)], LocalEngine(concurrency), log, only)[0]
+    def close(self) -> None:
+        self.endpoints.close()

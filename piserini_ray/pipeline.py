@@ -12,91 +12,70 @@ Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`re
 3. qrels against the corpus and the queries: unusable qrels are an error, partly matching ones
    a warning with counts;
 4. only then the run directory (created, locked, writable) and its todo list.
+
+The engines sit below this module and never import it: they receive `PreparedRun`s and the
+`Engine` protocol from `engine.py`. Judging goes through the engine too (`Engine.judge`), so a
+run is judged under the same limiters wherever it ran. The reports' modules (matplotlib, SciPy)
+and the model check (litellm) load when used: a Ray engine starts booting before they do.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import statistics
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
 from piserini_ray.config import ModelConfig, RetrievalConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
+from piserini_ray.engine import Engine, Log, PreparedRun, RunSummary
 from piserini_ray.errors import DataError
-from piserini_ray.llm.check import check_models
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.report import write_run_reports
-from piserini_ray.report.agreement import judge_agreement
-from piserini_ray.report.metrics import QueryFacts, RunMetrics, aggregate, facts_for
-from piserini_ray.report.paired import RunFacts
-from piserini_ray.report.viewer import ViewerWriter
 from piserini_ray.store import RunStore, manifest_config
 
-Log = Callable[[str], None]
+if TYPE_CHECKING:
+    from piserini_ray.report.facts import QueryFacts
+    from piserini_ray.report.metrics import RunMetrics
+    from piserini_ray.report.paired import PairedComparison, RunFacts
+    from piserini_ray.report.viewer import ViewerWriter
+
+__all__ = [
+    "Engine",
+    "Log",
+    "PreparedRun",
+    "Report",
+    "RunSummary",
+    "execute",
+    "finish",
+    "judge_run",
+    "make_engine",
+    "prepare",
+    "report_runs",
+    "run_and_report",
+    "run_local",
+    "run_on_ray",
+]
 
 
-@dataclass
-class PreparedRun:
-    """A run that passed every check: its data, its index, its open store and its todo list."""
+def make_engine(name: str, concurrency: int = 4, release_ray: bool = False) -> Engine:
+    """The engine a command names: `ray` (searcher replicas on Ray; `release_ray`: let a Ray
+    this process started go when the engine closes) or `local` (this process, `concurrency`
+    queries at once)."""
+    if name == "local":
+        from piserini_ray.local_run import LocalEngine
 
-    config: RunConfig
-    run_dir: Path
-    benchmark: Benchmark
-    queries: list[Query]  # the slice
-    index: Path
-    store: RunStore
-    pricing: PricingTable
-    todo: list[Query]
-    guard: CostGuard
-    ran: int = 0  # records written by this execution
+        return LocalEngine(concurrency)
+    from piserini_ray.runtime import RayEngine
 
-    @property
-    def wanted(self) -> set[str]:
-        return {q.query_id for q in self.queries}
-
-
-class RunSummary(BaseModel):
-    """What `run` prints when the engine is done, before judging."""
-
-    run_dir: str
-    config_hash: str
-    model: str
-    queries: int
-    ran_now: int
-    statuses: dict[str, int]
-    tool_calls_per_query: dict[str, float]
-    tokens_total: dict[str, int]
-    tokens_median_per_query: float
-    cached_token_ratio: float
-    #: USD from the pricing table; None when the model is not in it.
-    cost_usd: float | None
-    #: Model calls whose reply had no usage block (cost is then a lower bound).
-    calls_without_usage: int = 0
-    #: Why the run stopped before its todo list was done (the cost cap), if it did.
-    stopped: str | None = None
-
-
-class Engine(Protocol):
-    """Runs prepared runs' todo lists, writing each record through its run's store as it
-    comes (`local_run.LocalEngine`, `runtime.RayEngine`). `start` may begin bringing up its
-    workers while `prepare` runs (idempotent); `close` lets go of what `run` never took."""
-
-    def start(self, configs: list[RunConfig], log: Log) -> None: ...
-
-    def run(self, runs: list[PreparedRun], log: Log) -> None: ...
-
-    def close(self) -> None: ...
+    return RayEngine(release_ray=release_ray)
 
 
 def execute(
@@ -104,14 +83,17 @@ def execute(
     engine: Engine,
     log: Log,
     only: set[str] | None = None,
-    priced: list[PricingTable] | None = None,
 ) -> list[RunSummary]:
-    """prepare -> engine -> a summary per run (the judging and reports are `finish`).
-    `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to do.
-    `priced`: the runs' pricing tables when the caller made `preflight_runs` already."""
+    """preflight -> engine start -> prepare -> engine run -> a summary per run (the judging and
+    reports are `finish`). The engine stays open (the caller closes it: it judges next).
+    `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to
+    do."""
+    # A config mistake stops before the engine starts; then its workers come up while the data
+    # is checked.
+    priced = preflight_runs([config for config, _ in runs])
+    engine.start([config for config, _ in runs], log)
     with contextlib.ExitStack() as stack:
-        stack.callback(engine.close)
-        prepared = prepare(runs, log, stack, only=only, engine=engine, priced=priced)
+        prepared = prepare(runs, log, stack, only=only, priced=priced)
         engine.run(prepared, log)
         return [
             summarize(
@@ -122,6 +104,38 @@ def execute(
             ).model_copy(update={"stopped": run.guard.stop_reason()})
             for run in prepared
         ]
+
+
+@contextlib.contextmanager
+def _closing(engine: Engine) -> Iterator[Engine]:
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def run_local(
+    config: RunConfig,
+    run_dir: Path | None = None,
+    concurrency: int = 4,
+    log: Log = lambda m: print(m, file=sys.stderr, flush=True),
+    only: set[str] | None = None,
+) -> RunSummary:
+    """Run (or resume) the configured slice in this process (`only`: just those queries of
+    it); its summary."""
+    with _closing(make_engine("local", concurrency)) as engine:
+        return execute([(config, run_dir)], engine, log, only)[0]
+
+
+def run_on_ray(
+    configs: list[tuple[RunConfig, Path | None]],
+    log: Log,
+    only: set[str] | None = None,
+) -> list[RunSummary]:
+    """Run (or resume) one or more runs concurrently on one Ray cluster (`only`: just those
+    queries of their slices); one summary each."""
+    with _closing(make_engine("ray")) as engine:
+        return execute(configs, engine, log, only)
 
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
@@ -162,21 +176,27 @@ def default_run_dir(config: RunConfig, root: Path | None = None) -> Path:
     return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
 
 
+def check_models(configs: list[RunConfig], log: Log, include_offline: bool = False) -> None:
+    """One tiny request to each distinct model of the runs (`llm/check.py`); offline models
+    too with `include_offline` (`run --check`)."""
+    from piserini_ray.endpoints import ModelEndpoints
+    from piserini_ray.llm import check
+
+    with ModelEndpoints() as endpoints:
+        check.check_models(configs, endpoints.api_base, log, include_offline)
+
+
 def prepare(
     runs: list[tuple[RunConfig, Path | None]],
     log: Log,
     stack: contextlib.ExitStack,
     only: set[str] | None = None,
-    engine: Engine | None = None,
     priced: list[PricingTable] | None = None,
 ) -> list[PreparedRun]:
-    """Check and open every run; the stores close with `stack`. `engine`: started once the
-    configs pass their checks (`preflight_runs`, unless the caller made them: `priced`), before
-    the data is read."""
+    """Check and open every run; the stores close with `stack`. `priced`: the runs' pricing
+    tables, when the caller made `preflight_runs` already."""
     if priced is None:
         priced = preflight_runs([config for config, _ in runs])
-    if engine is not None:  # its workers come up while the data is checked
-        engine.start([config for config, _ in runs], log)
     # One tiny request per hosted model: a wrong key or model name stops here, in seconds.
     check_models([config for config, _ in runs], log)
     loaded = []
@@ -232,16 +252,12 @@ def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
 
 def ensure_dense_index(index: Path, retrieval: RetrievalConfig, log: Log) -> Path:
     """The dense index beside a Lucene index, built if missing: on encoder actors when Ray is
-    up (`piserini-ray index --backend dense` starts it), else in this process."""
-    import ray
-
+    up (`piserini-ray index --backend dense` starts it), else in this process. (Encoder actors
+    start only if a shard is missing.)"""
     from piserini_ray.retrieval.dense_index import build_dense_index
+    from piserini_ray.runtime.encoders import shard_encoder_if_ray
 
-    encode = None  # (encoder actors start only if a shard is missing)
-    if ray.is_initialized():
-        from piserini_ray.runtime.encoders import ray_shard_encoder
-
-        encode = ray_shard_encoder(retrieval.dense, log)
+    encode = shard_encoder_if_ray(retrieval.dense, log)
     return build_dense_index(index, retrieval.dense, encode, log)
 
 
@@ -298,17 +314,13 @@ def _check_one(
 def judge_run(
     config: RunConfig,
     run_dir: Path,
+    engine: Engine,
     log: Log,
-    on_ray: bool = False,
     extra_judges: Sequence[ModelConfig] = (),
 ) -> list[QueryRecord]:
     """Verdicts for every answer of the run that has none yet, from the primary judge and each
-    of `extra_judges`. `on_ray`: under the cluster-wide limiters. Returns the slice's records
+    of `extra_judges`, through `engine` (under its limiters). Returns the slice's records
     (without trajectories or rankings: the judge reads the answers only)."""
-    if on_ray:
-        from piserini_ray.runtime import ensure_ray
-
-        ensure_ray(config, log)
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     primary = config.judge_model()
@@ -319,7 +331,7 @@ def judge_run(
                 update={"judge": config.judge.model_copy(update={"model": model})}
             )
             preflight_judge(judged)
-            _judge(judged, store, records, wanted, on_ray, log)
+            engine.judge(judged, store, records, wanted, log)
     return records
 
 
@@ -330,16 +342,29 @@ def _answers(store: RunStore, wanted: dict[str, Query]) -> list[QueryRecord]:
 def finish(
     config: RunConfig,
     run_dir: Path,
-    log: Callable[[str], None],
+    log: Log,
     judge: bool = True,
     on_ray: bool = False,
     extra_judges: Sequence[ModelConfig] = (),
 ) -> RunMetrics:
-    """The pipeline's last step for one run: judge what is not judged yet (`judge_run`, unless
-    `judge` is False), reduce, and write `summary.json`, `report.md`, the plots and
-    `report.html` into the run directory; return the metrics. The report shows each pair of
-    judges' agreement (every judge with verdicts in the run counts, not only `extra_judges`)."""
-    records = judge_run(config, run_dir, log, on_ray, extra_judges) if judge else None
+    """The pipeline's last step for one run: judge what is not judged yet (`judge_run`, on a
+    local or, `on_ray`, a Ray engine; none unless `judge`), reduce, and write the reports
+    (`reduce`); return the metrics."""
+    if judge:
+        with _closing(make_engine("ray" if on_ray else "local")) as engine:
+            judge_run(config, run_dir, engine, log, extra_judges)
+    return reduce(config, run_dir, log)
+
+
+def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
+    """Reduce a run from what is judged already and write `summary.json`, `report.md`, the
+    plots and `report.html` into its directory; return the metrics. The report shows each pair
+    of judges' agreement (every judge with verdicts in the run counts)."""
+    from piserini_ray.report import write_run_reports
+    from piserini_ray.report.agreement import judge_agreement
+    from piserini_ray.report.metrics import aggregate
+    from piserini_ray.report.viewer import ViewerWriter
+
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     primary = config.judge_model()
@@ -347,7 +372,7 @@ def finish(
         judgements = store.judgements(primary.name)
         others = [m for m in store.judge_models() if m != primary.name]
         verdicts = {name: store.judgements(name) for name in others} | {primary.name: judgements}
-        records = _answers(store, wanted) if records is None else records
+        records = _answers(store, wanted)
         answers = {r.query_id: r.exact_answer for r in records}
         queries = [q for q in wanted.values() if q.query_id in answers]
         agreement = [
@@ -364,25 +389,78 @@ def finish(
     return metrics
 
 
-def _judge(
-    config: RunConfig,
-    store: RunStore,
-    records: list[QueryRecord],
-    wanted: dict[str, Query],
-    on_ray: bool,
+@dataclass
+class Report:
+    """What `report_runs` wrote: each run's metrics, the markdown table, and the combined
+    report's files (several runs, or an `out` folder)."""
+
+    metrics: list[RunMetrics]
+    table: str
+    paired: str | None = None
+    combined: list[Path] = field(default_factory=list)
+
+
+def report_runs(
+    runs: list[tuple[RunConfig, Path]],
     log: Log,
-) -> None:
-    """Verdicts of `config`'s judge for every record without one, written as they arrive."""
-    from piserini_ray.judge import judge_records
-    from piserini_ray.local_run import endpoint_for
+    engine: Engine | None = None,
+    out: Path | None = None,
+    extra_judges: Sequence[ModelConfig] = (),
+    reference: Path | None = None,
+) -> Report:
+    """Judge every run through `engine` (None: judge nothing), close the engine (a Ray it
+    started goes down while the reports are written), then reduce each run and, for several
+    runs (or `out`), write a combined report with a paired comparison of every run against
+    `reference` when one is named."""
+    from piserini_ray.report import markdown_report, write_html_report
 
-    with endpoint_for(config.judge_model(), config) as api_base:
-        if on_ray:
-            from piserini_ray.runtime.reporting import judge_on_ray
+    if engine is not None:
+        with _closing(engine):
+            for config, run_dir in runs:
+                judge_run(config, Path(run_dir), engine, log, extra_judges)
+    metrics = [reduce(config, Path(run_dir), log) for config, run_dir in runs]
+    report = Report(metrics, markdown_report(metrics))
+    if out is not None or len(runs) > 1:
+        folder = out or Path(runs[0][1]).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        table = report.table
+        if reference is not None:
+            from piserini_ray.report.paired import paired_markdown
 
-            judge_on_ray(config, store, records, wanted, api_base, log)
-        else:
-            asyncio.run(judge_records(config, store, records, wanted, api_base, log))
+            others = [Path(d) for _, d in runs if Path(d).absolute() != reference.absolute()]
+            report.paired = paired_markdown(compare(reference, others, log))
+            table += "\n" + report.paired
+        (folder / "report.md").write_text(table)
+        report.combined = [folder / "report.md", write_html_report(metrics, folder, pareto=True)]
+    return report
+
+
+def run_and_report(
+    runs: list[tuple[RunConfig, Path | None]],
+    engine: Engine,
+    log: Log,
+    on_summary: Callable[[RunSummary], None],
+    reference: Path | None = None,
+) -> Report:
+    """The main job: execute the runs, hand each summary to `on_summary` (before judging,
+    which takes a while), judge them on the same engine and report."""
+    with _closing(engine):
+        summaries = execute(runs, engine, log)
+        for summary in summaries:
+            on_summary(summary)
+        done = [(config, Path(s.run_dir)) for (config, _), s in zip(runs, summaries, strict=True)]
+        return report_runs(done, log, engine, reference=reference)
+
+
+def compare(
+    reference: Path, others: Sequence[Path], log: Log, seed: int = 0
+) -> list[PairedComparison]:
+    """Paired comparisons of each run against `reference` over the queries they share, from
+    each run's own judge's verdicts (nothing is called)."""
+    from piserini_ray.report.paired import compare_runs
+
+    base = run_facts(reference, log)
+    return [compare_runs(base, run_facts(d, log), seed) for d in others]
 
 
 def _facts(
@@ -400,6 +478,8 @@ def _facts(
     records: Iterator[QueryRecord] = (r for r in streamed if r.query_id in wanted)
     if viewer is not None:
         records = viewer.observe(records)
+    from piserini_ray.report.facts import facts_for
+
     return facts_for(records, benchmark, None, judgements)
 
 
@@ -414,6 +494,8 @@ def run_facts(run_dir: Path, log: Log) -> RunFacts:
         facts = _facts(store, benchmark, wanted, store.judgements(judge))
         directory = str(store.run_dir)
     price = pricing_for(config).price(config.model.name)
+    from piserini_ray.report.paired import RunFacts
+
     return RunFacts(
         run_dir=directory, model=config.model.name, judge=judge, facts=facts, price=price
     )

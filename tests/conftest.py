@@ -99,8 +99,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, sample_index: Path, i
     """A finished offline run of 12 sample queries, judged and reported (some observations
     spill, so spill files exist): `(run_dir, config)`. Read it, never change it."""
     from piserini_ray.config import load_config
-    from piserini_ray.local_run import run_local
-    from piserini_ray.pipeline import finish
+    from piserini_ray.pipeline import finish, run_local
 
     config = load_config(
         None,

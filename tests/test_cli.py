@@ -220,11 +220,11 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 30
     assert main(["compare", str(first)]) == 2  # one run is nothing to compare
     # A sweep's combined report holds the same comparison against its reference run.
-    from piserini_ray.cli import _report
+    from piserini_ray.pipeline import report_runs
 
     combined = tmp_path / "combined"
     pairs = [(manifest_config(d), d) for d in runs.values()]
-    _report(pairs, judge=False, out=combined, reference=first)
+    report_runs(pairs, lambda _m: None, out=combined, reference=first)
     assert f"| {runs['offline/long-horizon']} | 30 |" in (combined / "report.md").read_text()
 
 

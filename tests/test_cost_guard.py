@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.local_run import run_local
 from piserini_ray.metrics.cost import CostGuard, Price, load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.pipeline import run_local
 from piserini_ray.records import Usage
 
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from piserini_ray.config import ModelConfig, RetryConfig, load_config
+from piserini_ray.config.offline import Scripted
 from piserini_ray.data import Benchmark
 from piserini_ray.judge import judge_one, judge_records, parse_judgement
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.offline import OfflineConfig, OfflineProvider, PolicyReply, default_policies
-from piserini_ray.offline.config import Scripted
 from piserini_ray.records import QueryRecord, now_iso
 from piserini_ray.store import RunStore
 
@@ -132,8 +132,9 @@ def test_judging_resumes(provider, sample: Benchmark, tmp_path: Path) -> None:
     ]
     queries = {q.query_id: q for q in sample.queries}
     with RunStore(tmp_path / "run", config) as store:
-        first = asyncio.run(judge_records(config, store, records[:1], queries, provider.base_url))
+        client = LLMClient(config.judge_model(), config.retry, provider.base_url)
+        first = asyncio.run(judge_records(config, store, records[:1], queries, client))
         assert len(first) == 1 and len(provider.requests) == 1
-        both = asyncio.run(judge_records(config, store, records, queries, provider.base_url))
+        both = asyncio.run(judge_records(config, store, records, queries, client))
         assert len(both) == 2 and len(provider.requests) == 2  # only the new one was judged
         assert store.judgements("offline/exact-match-judge")[QID].correct is True

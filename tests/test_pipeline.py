@@ -11,8 +11,7 @@ import pytest
 
 from piserini_ray.config import load_config
 from piserini_ray.errors import ConfigError, DataError
-from piserini_ray.local_run import run_local
-from piserini_ray.pipeline import prepare
+from piserini_ray.pipeline import prepare, run_local
 from piserini_ray.store import RunStore
 
 DOCS = [

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from piserini_ray.config import ModelConfig, RetryConfig, RunConfig
+from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig, RunConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.clients import build_client
 from piserini_ray.llm.retry import RetryError
+
+#: The API base of a model under a run's offline settings (`endpoints.ModelEndpoints.api_base`).
+Endpoint = Callable[[ModelConfig, OfflineConfig], str | None]
 
 #: Seconds the check waits for a reply: a live endpoint answers a tiny prompt well within it.
 CHECK_TIMEOUT = 8.0
@@ -29,13 +32,12 @@ def models_of(configs: Iterable[RunConfig]) -> list[tuple[ModelConfig, RunConfig
 
 def check_models(
     configs: Iterable[RunConfig],
+    endpoint: Endpoint,
     log: Callable[[str], None],
     include_offline: bool = False,
 ) -> None:
     """Raise `ConfigError` naming every model whose tiny request failed. Offline models are
     skipped unless asked (they run on loopback, free; `run --check` includes them)."""
-    from piserini_ray.local_run import endpoint_for
-
     failures = []
     for model, config in models_of(configs):
         if model.is_offline and not include_offline:
@@ -44,9 +46,11 @@ def check_models(
         # where the run's calls would be. Only the wait is shorter.
         probe = model.model_copy(update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout)})
         try:
-            with endpoint_for(probe, config) as api_base:
-                client = LLMClient(probe, RetryConfig(max_attempts=1), api_base)
-                asyncio.run(client.complete(PROMPT))
+            api_base = endpoint(probe, config.offline)
+            client = build_client(
+                probe, RetryConfig(max_attempts=1), config.offline, api_base=api_base, limiters=None
+            )
+            asyncio.run(client.complete(PROMPT))
         except RetryError as error:
             failures.append(
                 f"{model.name} (route {model.resolved_litellm_model()}"

@@ -16,9 +16,9 @@ makes the limits cluster-wide.
 - **Adaptive concurrency (AIMD)**: at most `limit` requests in flight; a 429 sets the limit to
   `decrease_factor` x the calls in flight at that moment (not x the nominal limit, which may be
   far above what was actually sent), each clean period without one adds one (the idea inspect_ai
-  applies per process, here shared by every worker). A 429 that names a per-minute quota is
-  not a concurrency problem: it sets a cooldown (its `Retry-After`, else until the oldest call
-  leaves the window) and leaves the limit alone.
+  applies per process, here shared by every worker). A 429 whose body or headers name a quota
+  window is not a concurrency problem: it sets a cooldown (its `Retry-After`, else until the
+  oldest call leaves the window) and leaves the limit alone.
 - **Cooldown**: a `Retry-After` from the provider holds every caller until it has passed.
 - **Restarts**: a limiter that lost its memory (its actor restarted) cannot know what the
   provider saw in the last window, so with a quota configured it admits nothing for one window
@@ -34,27 +34,26 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import re
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel
 
 from piserini_ray.config import ModelConfig, RateLimitConfig, RunConfig
+from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
 from piserini_ray.llm.retry import Failure, FailureKind
-from piserini_ray.offline.config import OfflineConfig
+
+if TYPE_CHECKING:
+    from piserini_ray.llm.client import Limiter
 
 Outcome = Literal["ok", "rate_limit", "quota", "error"]
 #: Weight of the newest call in the moving averages (prompt tokens per estimated token, and
 #: completion tokens per call).
 TOKEN_SCALE_WEIGHT = 0.1
-#: A 429 whose message names a per-minute quota (OpenAI: "Rate limit reached for ... tokens per
-#: min (TPM)"; Anthropic: "... output tokens per minute"; ours alike).
-_PER_MINUTE = re.compile(r"per[ -]min|\b[RT]PM\b|tokens per minute|requests per minute", re.I)
 
 
 class LimiterStats(BaseModel):
@@ -239,7 +238,9 @@ def outcome_of(failure: Failure | None) -> tuple[Outcome, float | None]:
     if failure is None:
         return "ok", None
     if failure.kind is FailureKind.RATE_LIMIT:
-        kind: Outcome = "quota" if _PER_MINUTE.search(failure.reason) else "rate_limit"
+        # A 429 whose body or headers name a full quota window (requests, tokens) is a
+        # cooldown; one that names none is a concurrency cut (`retry.quota_window`).
+        kind: Outcome = "quota" if failure.quota_window is not None else "rate_limit"
         return kind, failure.retry_after
     return "error", None
 
@@ -305,8 +306,16 @@ def check_quotas(configs: Iterable[RunConfig]) -> None:
             seen.setdefault(key, (model.rate_limit, where))
 
 
+class LimiterRegistry(Protocol):
+    """Where a model's limiter is found: one per quota key (`quota_key`), shared by every
+    caller that the registry serves (`LocalLimiters` in this process; the Ray runtime's
+    `RayLimiters`, cluster-wide)."""
+
+    def limiter(self, model: ModelConfig, offline: OfflineConfig) -> Limiter: ...
+
+
 class LocalLimiters:
-    """The in-process limiter factory: one `RateLimiter` per quota key, shared by every caller
+    """The in-process limiter registry: one `RateLimiter` per quota key, shared by every caller
     in this process (the local engine, `ask`, the judge)."""
 
     def __init__(self) -> None:

@@ -47,8 +47,8 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
+from piserini_ray.config.offline import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline import anthropic, deepseek, responses
-from piserini_ray.offline.config import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall, reasoning_text
 from piserini_ray.offline.tokens import (
     count_completion_tokens,

@@ -5,15 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
 
 from piserini_ray.report._format import percent
-
-if TYPE_CHECKING:  # metrics.py holds a BudgetAnalysis: import the facts for annotations only
-    from piserini_ray.report.metrics import QueryFacts
+from piserini_ray.report.facts import QueryFacts
 
 PERCENTILES = (10, 25, 50, 75, 90, 100)
 

@@ -13,7 +13,7 @@ from piserini_ray.metrics.cost import Price
 from piserini_ray.metrics.intervals import paired_interval
 from piserini_ray.metrics.paired import McNemar, mcnemar_exact
 from piserini_ray.report._format import percent
-from piserini_ray.report.metrics import QueryFacts
+from piserini_ray.report.facts import QueryFacts
 
 
 class RunFacts(BaseModel):

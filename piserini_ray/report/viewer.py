@@ -22,7 +22,7 @@ import orjson
 from piserini_ray.data import Benchmark, Query
 from piserini_ray.metrics.cost import Price
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.report.metrics import QueryFacts
+from piserini_ray.report.facts import QueryFacts
 from piserini_ray.tools.spill import safe_component
 
 TIERS = ("surfaced", "previewed", "opened", "cited")

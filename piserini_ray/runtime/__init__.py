@@ -1,24 +1,30 @@
 """The Ray runtime: searcher replicas, cluster-wide limiters and the driver-side scheduler.
 
 Nothing below this package imports Ray; everything here is a thin shell around the plain
-modules (tools, agent, llm, store), so those stay testable without a cluster. This module
-imports the pipeline only when called: every Ray worker process imports the package, and the
-pipeline's reports (matplotlib, SciPy) and model checks (litellm) would cost each of them
-seconds of start-up.
+modules (tools, agent, llm, store), so those stay testable without a cluster. The runtime never
+imports the pipeline: the pipeline hands it `PreparedRun`s (`engine.py`). The modules behind
+`RayEngine` load on first use: every Ray worker process imports this package, and the driver
+starts Ray before it imports them (seconds).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from piserini_ray.endpoints import ModelEndpoints
 
 if TYPE_CHECKING:
     from piserini_ray.config import RunConfig
-    from piserini_ray.pipeline import PreparedRun, RunSummary
+    from piserini_ray.data import Query
+    from piserini_ray.engine import PreparedRun
+    from piserini_ray.records import QueryRecord
     from piserini_ray.runtime.scheduler import Replicas
+    from piserini_ray.store import RunStore
 
 
 def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
@@ -34,13 +40,19 @@ def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
 
 class RayEngine:
     """The Ray engine: searcher replicas on the configured cluster (or a local Ray), fed by the
-    driver's scheduler (`runtime/scheduler.py`).
+    driver's scheduler (`runtime/scheduler.py`); judging from the driver under the judge's
+    cluster-wide limiter (`runtime/reporting.py`).
 
     `start` brings Ray and the replicas up on a background thread while `prepare` checks the
-    data (a local Ray and a replica take seconds each to boot); `run` waits for them."""
+    data (a local Ray and a replica take seconds each to boot); `run` waits for them. With
+    `release_ray`, `close` lets Ray go in the background if this process started it (a
+    command's last step: the reports are written meanwhile, and the process waits for it at
+    exit); without it, Ray stays up for the next engine of the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, release_ray: bool = False) -> None:
         self._bring_up: Future[Replicas] | None = None
+        self.endpoints = ModelEndpoints()
+        self.release_ray = release_ray
 
     def start(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
         if self._bring_up is not None:
@@ -57,18 +69,37 @@ class RayEngine:
         from piserini_ray.runtime.scheduler import run_prepared
 
         early, self._bring_up = self._bring_up, None
-        run_prepared(runs, log, early)
+        run_prepared(runs, self.endpoints, log, early)
+
+    def judge(
+        self,
+        config: RunConfig,
+        store: RunStore,
+        records: list[QueryRecord],
+        queries: dict[str, Query],
+        log: Callable[[str], None],
+    ) -> None:
+        ensure_ray(config, log)
+        from piserini_ray.runtime.reporting import judge_on_ray
+
+        api_base = self.endpoints.api_base(config.judge_model(), config.offline)
+        judge_on_ray(config, store, records, queries, api_base, log)
 
     def close(self) -> None:
-        """Stop what `start` brought up when `run` never took it (`prepare` failed, Ctrl-C)."""
+        """Stop what `start` brought up when `run` never took it (`prepare` failed, Ctrl-C),
+        the offline providers, and Ray if this process started it."""
         early, self._bring_up = self._bring_up, None
-        if early is None:
-            return
-        try:
-            replicas = early.result()  # let Ray finish starting: it is shut down whole at exit
-        except BaseException:  # its error is not the one being reported
-            return
-        replicas.close()
+        if early is not None:
+            # Let Ray finish starting (it is shut down whole); its error is not the one reported.
+            with contextlib.suppress(BaseException):
+                early.result().close()
+        self.endpoints.close()
+        if self.release_ray:
+            from piserini_ray.runtime.ray_env import release_ray_async
+
+            released = release_ray_async()
+            if released is not None:
+                atexit.register(released.join)
 
 
 def _bring_up(
@@ -80,22 +111,3 @@ def _bring_up(
         future.set_result(bring_up(configs, log))
     except BaseException as exc:  # handed to whoever waits
         future.set_exception(exc)
-
-
-def run_on_ray(
-    configs: list[tuple[RunConfig, Path | None]],
-    log: Callable[[str], None],
-    only: set[str] | None = None,
-) -> list[RunSummary]:
-    """Run (or resume) one or more runs concurrently on one Ray cluster (`only`: just those
-    queries of their slices); one summary each."""
-    from piserini_ray.preflight import preflight_runs
-
-    # The checks `prepare` begins with, made here instead: a config mistake stops before Ray
-    # starts, and Ray then starts before the pipeline's imports (seconds).
-    priced = preflight_runs([config for config, _ in configs])
-    engine = RayEngine()
-    engine.start([config for config, _ in configs], log)
-    from piserini_ray.pipeline import execute
-
-    return execute(configs, engine, log, only, priced)

@@ -156,6 +156,12 @@ class RemoteQueryEncoder:
             yield number, np.asarray(ray.get(self.actor.encode_documents.remote(texts)))
 
 
+def shard_encoder_if_ray(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEncoder | None:
+    """`ray_shard_encoder` when this process has Ray up (`index --backend dense` starts it, a
+    Ray engine has it), else None: the dense index is then encoded in this process."""
+    return ray_shard_encoder(dense, log) if ray.is_initialized() else None
+
+
 def ray_shard_encoder(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEncoder:
     """Shards spread over `dense.build_actors` encoder actors, two in flight per actor."""
 

@@ -14,6 +14,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import ModelConfig, RateLimitConfig
+from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import InfrastructureError, RequestTooLarge
 from piserini_ray.llm.limiter import (
     LimiterStats,
@@ -24,7 +25,6 @@ from piserini_ray.llm.limiter import (
     quota_key,
 )
 from piserini_ray.llm.retry import Failure
-from piserini_ray.offline.config import OfflineConfig
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
@@ -164,3 +164,21 @@ def start_limiter(name: str, config: RateLimitConfig) -> Any:
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
     ).remote(config)
     return _STARTED[key]
+
+
+class RayLimiters:
+    """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): the cluster-wide actor of
+    each quota key, found by its name. The driver starts them (`start=True`: a run's models
+    and judges); replicas only look them up (the driver started them before any query)."""
+
+    def __init__(self, prefix: str | None = None, start: bool = False) -> None:
+        self.prefix = prefix if prefix is not None else job_limiter_prefix()
+        self.start = start
+
+    def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
+        name = self.name(model, offline)
+        handle = start_limiter(name, model.rate_limit) if self.start else ray.get_actor(name)
+        return RemoteLimiter(handle)
+
+    def name(self, model: ModelConfig, offline: OfflineConfig) -> str:
+        return limiter_name(self.prefix, model, offline)

@@ -1,6 +1,5 @@
-"""Judging after a Ray run: in the driver, under the judge's cluster-wide limiter actor. (The
-metrics' map step runs in the driver too, streaming the run's records: see
-`pipeline.finish`.)"""
+"""Judging on Ray: in the driver, under the judge's cluster-wide limiter actor. (The metrics'
+map step runs in the driver too, streaming the run's records: see `pipeline.finish`.)"""
 
 from __future__ import annotations
 
@@ -10,13 +9,9 @@ from collections.abc import Callable
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
 from piserini_ray.judge import judge_records
+from piserini_ray.llm.clients import build_client
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.runtime.limiter_actor import (
-    RemoteLimiter,
-    job_limiter_prefix,
-    limiter_name,
-    start_limiter,
-)
+from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.store import RunStore
 
 
@@ -32,7 +27,11 @@ def judge_on_ray(
     (so runs and other judges on the cluster share its quota). Judging waits on HTTP: one
     asyncio loop holds `judge.concurrency` calls at once, and Ray tasks would only add worker
     start-up (bench/engines.py). Each verdict is written as it arrives."""
-    model = config.judge_model()
-    name = limiter_name(job_limiter_prefix(), model, config.offline)
-    limiter = RemoteLimiter(start_limiter(name, model.rate_limit))  # the run's, or a new one
-    return asyncio.run(judge_records(config, store, records, queries, api_base, log, limiter))
+    client = build_client(
+        config.judge_model(),
+        config.retry,
+        config.offline,
+        api_base=api_base,
+        limiters=RayLimiters(start=True),  # the run's limiter, or a new one
+    )
+    return asyncio.run(judge_records(config, store, records, queries, client, log))

@@ -13,10 +13,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,18 +32,19 @@ from ray.exceptions import (
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
+from piserini_ray.engine import PreparedRun
 from piserini_ray.errors import PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import scrub
+from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.runtime.encoders import start_node_encoders
-from piserini_ray.runtime.limiter_actor import job_limiter_prefix, limiter_name, start_limiter
-from piserini_ray.runtime.progress import Progress
+from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options, start_ray
 from piserini_ray.runtime.readiness import check_feasible, wait_until_up
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
 if TYPE_CHECKING:
-    from piserini_ray.pipeline import PreparedRun
+    from piserini_ray.endpoints import ModelEndpoints
 
 _INFRASTRUCTURE = (ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError)
 #: How soon a replica that Ray is still restarting is asked again whether it is back.
@@ -138,28 +138,6 @@ def _group_key(config: RunConfig) -> str:
     ).decode()
 
 
-@contextlib.contextmanager
-def _offline_endpoints(runs: list[PreparedRun]) -> Iterator[dict[str, str | None]]:
-    """Each run's API base (by run directory): one loopback offline provider per distinct
-    offline config that a run needs, started here."""
-    from piserini_ray.offline import OfflineProvider
-
-    with contextlib.ExitStack() as stack:
-        started: dict[str, str] = {}
-        bases: dict[str, str | None] = {}
-        for run in runs:
-            model = run.config.model
-            if not (model.is_offline and model.api_base is None):
-                bases[str(run.run_dir)] = model.api_base
-                continue
-            key = run.config.offline.model_dump_json()
-            if key not in started:
-                provider = stack.enter_context(OfflineProvider(run.config.offline))
-                started[key] = provider.base_url
-            bases[str(run.run_dir)] = started[key]
-        yield bases
-
-
 class Replicas:
     """What a job keeps up on Ray for its runs: one group of searcher replicas per benchmark and
     retrieval settings (shared by the runs that have them), the query encoders of dense groups
@@ -170,7 +148,8 @@ class Replicas:
         """`configs`: every run of the job, so that the CPU fit counts all of their groups,
         whether they come up now (`bring_up`) or after `prepare` (`add`)."""
         self.runtime = configs[0].runtime
-        self.prefix = job_limiter_prefix()
+        self.registry = RayLimiters(start=True)
+        self.prefix = self.registry.prefix
         self.limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
@@ -185,12 +164,11 @@ class Replicas:
             if key not in self.groups:
                 self.groups[key] = self._start_group(config, log)
         for config in configs:
-            name = limiter_name(self.prefix, config.model, config.offline)
+            name = self.registry.name(config.model, config.offline)
             if name not in self.limiters:
-                self.limiters[name] = start_limiter(name, config.model.rate_limit)
+                self.limiters[name] = self.registry.limiter(config.model, config.offline).handle
             # The judge's too, so that judging after the run finds it up (`reporting.py`).
-            judge = config.judge_model()
-            start_limiter(limiter_name(self.prefix, judge, config.offline), judge.rate_limit)
+            self.registry.limiter(config.judge_model(), config.offline)
 
     def _start_group(self, config: RunConfig, log: Callable[[str], None]) -> _Group:
         runtime = self.runtime
@@ -267,6 +245,7 @@ def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
 
 def run_prepared(
     runs: list[PreparedRun],
+    endpoints: ModelEndpoints,
     log: Callable[[str], None],
     early: Future[Replicas] | None = None,
 ) -> None:
@@ -282,132 +261,165 @@ def run_prepared(
             replicas = Replicas([r.config for r in runs], log)
         replicas.add([r.config for r in todo], log)
         replicas.ready(log)
-        with _offline_endpoints(todo) as bases:
-            _execute(todo, bases, replicas, log)
+        bases = {
+            str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
+            for run in todo
+        }
+        Dispatcher(todo, bases, replicas, log).run()
     finally:
         if replicas is not None:
             replicas.close()
 
 
-def _execute(
-    runs: list[PreparedRun],
-    bases: dict[str, str | None],
-    replicas: Replicas,
-    log: Callable[[str], None],
-) -> None:
-    runtime = replicas.runtime
-    prefix = replicas.prefix
-    groups = replicas.groups
-    limiters = replicas.limiters
-    queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
-    in_flight: dict[Any, tuple[PreparedRun, Query, _Group, int]] = {}
-    attempts: dict[tuple[str, str], int] = {}
-    progress = Progress(len(queue))
+@dataclass
+class _InFlight:
+    plan: PreparedRun
+    query: Query
+    group: _Group
+    index: int  # the replica's place in its group
 
-    def submit() -> None:
+
+class Dispatcher:
+    """The driver's loop over a job's queries, its state explicit: the queue not yet sent, the
+    queries in flight (by the ref of their result), and how often each was lost to the
+    infrastructure. Each step waits for one result (or a replica's readiness probe), then
+    fills every free slot again."""
+
+    def __init__(
+        self,
+        runs: list[PreparedRun],
+        bases: dict[str, str | None],
+        replicas: Replicas,
+        log: Callable[[str], None],
+    ) -> None:
+        self.runs = runs
+        self.bases = bases
+        self.replicas = replicas
+        self.log = log
+        self.queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
+        self.in_flight: dict[Any, _InFlight] = {}
+        self.attempts: dict[tuple[str, str], int] = {}
+        self.progress = Progress(len(self.queue))
+        self._asked_limiters = 0.0
+
+    def run(self) -> None:
+        try:
+            self.submit()
+            while self.in_flight or self.queue:
+                self.step()
+                self.submit()
+            self.progress.close()
+            for plan in self.runs:
+                if plan.guard.stop_reason():
+                    self.log(f"{plan.run_dir} stopped: {plan.guard.stop_reason()}")
+        except KeyboardInterrupt:
+            self.progress.close()
+            for ref in self.in_flight:
+                ray.cancel(ref)
+            self.log(
+                f"interrupted: {len(self.in_flight)} queries in flight were abandoned and "
+                f"{len(self.queue)} not started; run the same command (or `piserini-ray "
+                "resume`) to continue: they run again, nothing else does"
+            )
+            raise
+
+    def submit(self) -> None:
+        """Send queued queries to the least loaded free replica of their group; a query whose
+        group has no free replica waits in place, one the cost cap stops is dropped (resume
+        runs it)."""
         deferred = []
-        while queue:
-            plan, query = queue.popleft()
-            if not plan.guard.may_start(sum(1 for p, *_ in in_flight.values() if p is plan)):
-                continue  # the cost cap: this query is not started (resume runs it)
-            group = groups[_group_key(plan.config)]
+        while self.queue:
+            plan, query = self.queue.popleft()
+            if not plan.may_start(sum(1 for f in self.in_flight.values() if f.plan is plan)):
+                continue
+            group = self.replicas.groups[_group_key(plan.config)]
             free = group.available()
             if not free:
                 deferred.append((plan, query))
                 continue
             index = min(free, key=lambda i: group.load.get(i, 0))
-            job = QueryJob(
-                run_id=plan.store.run_id,
-                config_hash=plan.store.config_hash,
-                query=query,
-                model=plan.config.model,
-                retry=plan.config.retry,
-                agent=plan.config.agent,
-                tools=plan.config.tools,
-                api_base=bases[str(plan.run_dir)],
-                limiter=limiter_name(prefix, plan.config.model, plan.config.offline),
-            )
-            ref = group.actors[index].run.remote(job)
+            ref = group.actors[index].run.remote(self._job(plan, query))
             group.load[index] = group.load.get(index, 0) + 1
-            in_flight[ref] = (plan, query, group, index)
-        queue.extendleft(reversed(deferred))
+            self.in_flight[ref] = _InFlight(plan, query, group, index)
+        self.queue.extendleft(reversed(deferred))
 
-    def finish(plan: PreparedRun, record: QueryRecord) -> None:
-        plan.store.append(record)
-        plan.guard.finished(record.usage)
-        plan.ran += 1
-        price = plan.pricing.price(record.model)
-        progress.record(record.status, record.usage, price.cost(record.usage) if price else None)
-
-    def retry_or_fail(plan: PreparedRun, query: Query, exc: BaseException, what: str) -> None:
-        key = (str(plan.run_dir), query.query_id)
-        attempts[key] = attempts.get(key, 0) + 1
-        if attempts[key] >= runtime.max_infrastructure_attempts:
-            finish(plan, _infrastructure_failure(plan, query, exc))
-        else:
-            log(f"{query.query_id}: {what} ({type(exc).__name__}); re-running it")
-            queue.appendleft((plan, query))
-
-    asked_limiters = 0.0
-    try:
-        submit()
-        while in_flight or queue:
-            progress.running = len(in_flight)
-            if time.monotonic() - asked_limiters >= WAITING_EVERY:
-                progress.waiting = _waiting(limiters)
-                asked_limiters = time.monotonic()
-            progress.show()
-            for group in groups.values():
-                group.reprobe_due()
-            probes = {ref: (g, i) for g in groups.values() for i, ref in g.restarting.items()}
-            recovering = any(g.can_recover() for g in groups.values())
-            if not in_flight and not recovering:
-                raise SchedulerError(
-                    f"every searcher replica died; {len(queue)} queries were not run. Their "
-                    "records are missing, nothing else is lost: fix the cluster and resume."
-                )
-            ready, _ = ray.wait([*in_flight, *probes], num_returns=1, timeout=1.0)
-            for ref in ready:
-                if ref in probes:
-                    group, index = probes[ref]
-                    del group.restarting[index]
-                    try:
-                        info = ray.get(ref)
-                        log(f"replica {index} is back (pid {info['pid']})")
-                    except _INFRASTRUCTURE as exc:
-                        if group.probe_failed(index, exc):
-                            log(
-                                f"replica {index} is gone for good ({type(exc).__name__}: "
-                                "restarts exhausted or its node is gone)"
-                            )
-                    continue
-                plan, query, group, index = in_flight.pop(ref)
-                group.load[index] -= 1
-                try:
-                    finish(plan, QueryRecord.model_validate(ray.get(ref)))
-                except _INFRASTRUCTURE as exc:
-                    group.lost(index)
-                    retry_or_fail(plan, query, exc, "replica lost")
-                except RayTaskError as exc:  # the replica raised outside the agent loop
-                    if isinstance(exc.cause, ProviderRefused):  # every query would fail alike
-                        plan.guard.halt(str(exc.cause))
-                    else:
-                        retry_or_fail(plan, query, exc, "replica error")
-            submit()
-        progress.close()
-        for plan in runs:
-            if plan.guard.stop_reason():
-                log(f"{plan.run_dir} stopped: {plan.guard.stop_reason()}")
-    except KeyboardInterrupt:
-        progress.close()
-        for ref in in_flight:
-            ray.cancel(ref)
-        log(
-            f"interrupted: {len(in_flight)} queries in flight were abandoned and "
-            f"{len(queue)} not started; run the same command (or `piserini-ray resume`) to "
-            "continue: they run again, nothing else does"
+    def _job(self, plan: PreparedRun, query: Query) -> QueryJob:
+        config = plan.config
+        return QueryJob(
+            run_id=plan.store.run_id,
+            config_hash=plan.store.config_hash,
+            query=query,
+            model=config.model,
+            retry=config.retry,
+            agent=config.agent,
+            tools=config.tools,
+            offline=config.offline,
+            api_base=self.bases[str(plan.run_dir)],
+            limiter_prefix=self.replicas.prefix,
         )
-        raise
+
+    def step(self) -> None:
+        """Show progress, wait up to a second for one result or probe, and act on it."""
+        groups = self.replicas.groups.values()
+        self.progress.running = len(self.in_flight)
+        if time.monotonic() - self._asked_limiters >= WAITING_EVERY:
+            self.progress.waiting = _waiting(self.replicas.limiters)
+            self._asked_limiters = time.monotonic()
+        self.progress.show()
+        for group in groups:
+            group.reprobe_due()
+        probes = {ref: (g, i) for g in groups for i, ref in g.restarting.items()}
+        if not self.in_flight and not any(g.can_recover() for g in groups):
+            raise SchedulerError(
+                f"every searcher replica died; {len(self.queue)} queries were not run. Their "
+                "records are missing, nothing else is lost: fix the cluster and resume."
+            )
+        ready, _ = ray.wait([*self.in_flight, *probes], num_returns=1, timeout=1.0)
+        for ref in ready:
+            if ref in probes:
+                self._probe_returned(ref, *probes[ref])
+            else:
+                self._query_returned(ref, self.in_flight.pop(ref))
+
+    def _probe_returned(self, ref: Any, group: _Group, index: int) -> None:
+        del group.restarting[index]
+        try:
+            info = ray.get(ref)
+            self.log(f"replica {index} is back (pid {info['pid']})")
+        except _INFRASTRUCTURE as exc:
+            if group.probe_failed(index, exc):
+                self.log(
+                    f"replica {index} is gone for good ({type(exc).__name__}: restarts "
+                    "exhausted or its node is gone)"
+                )
+
+    def _query_returned(self, ref: Any, flight: _InFlight) -> None:
+        flight.group.load[flight.index] -= 1
+        try:
+            record = QueryRecord.model_validate(ray.get(ref))
+        except _INFRASTRUCTURE as exc:
+            flight.group.lost(flight.index)
+            self._retry_or_fail(flight, exc, "replica lost")
+            return
+        except RayTaskError as exc:  # the replica raised outside the agent loop
+            if isinstance(exc.cause, ProviderRefused):  # every query would fail alike
+                flight.plan.refused(str(exc.cause))
+            else:
+                self._retry_or_fail(flight, exc, "replica error")
+            return
+        flight.plan.complete(record, self.progress)
+
+    def _retry_or_fail(self, flight: _InFlight, exc: BaseException, what: str) -> None:
+        """Infrastructure is not the query's fault: run it again, and only after
+        `max_infrastructure_attempts` record it as failed."""
+        plan, query = flight.plan, flight.query
+        key = (str(plan.run_dir), query.query_id)
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        if self.attempts[key] >= self.replicas.runtime.max_infrastructure_attempts:
+            plan.complete(infrastructure_failure(plan, query, exc), self.progress)
+        else:
+            self.log(f"{query.query_id}: {what} ({type(exc).__name__}); re-running it")
+            self.queue.appendleft((plan, query))
 
 
 def _waiting(limiters: dict[str, Any]) -> int:
@@ -419,7 +431,7 @@ def _waiting(limiters: dict[str, Any]) -> int:
         return 0
 
 
-def _infrastructure_failure(plan: PreparedRun, query: Query, exc: BaseException) -> QueryRecord:
+def infrastructure_failure(plan: PreparedRun, query: Query, exc: BaseException) -> QueryRecord:
     return QueryRecord(
         run_id=plan.store.run_id,
         config_hash=plan.store.config_hash,

@@ -21,16 +21,18 @@ from piserini_ray.config import (
     AgentConfig,
     BenchmarkConfig,
     ModelConfig,
+    OfflineConfig,
     RetrievalConfig,
     RetryConfig,
     ToolsConfig,
 )
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.clients import build_client
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
-from piserini_ray.runtime.limiter_actor import RemoteLimiter
+from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
 
@@ -45,8 +47,9 @@ class QueryJob(BaseModel):
     retry: RetryConfig
     agent: AgentConfig
     tools: ToolsConfig
+    offline: OfflineConfig  # names an offline model's quota key
     api_base: str | None = None
-    limiter: str  # the name of the model's limiter actor (one per quota key)
+    limiter_prefix: str  # the job's limiter actors' names begin so (one per quota key)
 
 
 @ray.remote
@@ -83,10 +86,18 @@ class SearchWorker:
         }
 
     def _client(self, job: QueryJob) -> LLMClient:
-        key = f"{job.model.model_dump_json()}|{job.retry.model_dump_json()}|{job.api_base}"
+        parts = (job.model, job.retry, job.offline)
+        key = "|".join(
+            [*(p.model_dump_json() for p in parts), str(job.api_base), job.limiter_prefix]
+        )
         if key not in self._clients:
-            limiter = RemoteLimiter(ray.get_actor(job.limiter))
-            self._clients[key] = LLMClient(job.model, job.retry, job.api_base, limiter)
+            self._clients[key] = build_client(
+                job.model,
+                job.retry,
+                job.offline,
+                api_base=job.api_base,
+                limiters=RayLimiters(job.limiter_prefix),
+            )
         return self._clients[key]
 
     async def _run_tool(self, session: ToolSession, name: str, arguments: str) -> ToolResult:

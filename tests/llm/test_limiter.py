@@ -238,6 +238,7 @@ def test_a_429_naming_a_per_minute_quota_sets_a_cooldown_not_a_cut() -> None:
         FailureKind.RATE_LIMIT,
         "RateLimitError: Rate limit reached for tokens per min (TPM): Limit 30000",
         retry_after=2.0,
+        quota_window="tokens",
     )
     assert outcome_of(quota) == ("quota", 2.0)
     limiter.release("c0", *outcome_of(quota))

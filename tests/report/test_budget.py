@@ -4,7 +4,7 @@ import pytest
 
 from piserini_ray.records import Usage
 from piserini_ray.report.budget import budget_analysis, budget_markdown
-from piserini_ray.report.metrics import QueryFacts
+from piserini_ray.report.facts import QueryFacts
 
 
 def _f(

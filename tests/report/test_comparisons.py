@@ -8,7 +8,7 @@ from piserini_ray.metrics.cost import Price
 from piserini_ray.metrics.paired import cohens_kappa
 from piserini_ray.records import Judgement, Usage
 from piserini_ray.report.agreement import agreement_markdown, judge_agreement
-from piserini_ray.report.metrics import QueryFacts
+from piserini_ray.report.facts import QueryFacts
 from piserini_ray.report.paired import RunFacts, compare_runs, paired_markdown
 
 

@@ -73,7 +73,7 @@ def test_two_encoder_actors_on_two_nodes_build_the_dense_index(two_nodes, small_
 def test_a_dense_run_on_two_nodes_uses_each_nodes_encoder(
     two_nodes, sample_index, dense_sample, index_root, tmp_path
 ) -> None:
-    from piserini_ray.runtime import run_on_ray
+    from piserini_ray.pipeline import run_on_ray
 
     config = load_config(
         None,

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.runtime import run_on_ray
+from piserini_ray.pipeline import run_on_ray
 
 
 def _records(run_dir: Path) -> list[dict]:

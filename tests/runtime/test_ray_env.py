@@ -113,7 +113,7 @@ def test_a_config_mistake_stops_the_ray_engine_before_ray_starts(tmp_path) -> No
         import json, sys
         from piserini_ray.config import load_config
         from piserini_ray.errors import ConfigError
-        from piserini_ray.runtime import run_on_ray
+        from piserini_ray.pipeline import run_on_ray
 
         config = load_config(None, {{
             "model.api_key_env": "PISERINI_TEST_KEY_NEVER_SET", "runtime.runs_root": "{tmp_path}",

@@ -13,7 +13,8 @@ import ray
 from conftest import finishes
 
 from piserini_ray.config import DenseConfig, load_config
-from piserini_ray.runtime import readiness, run_on_ray
+from piserini_ray.pipeline import run_on_ray
+from piserini_ray.runtime import readiness
 from piserini_ray.runtime.encoders import ray_shard_encoder, start_node_encoders
 from piserini_ray.runtime.readiness import StartupError, wait_until_up
 from piserini_ray.runtime.scheduler import Replicas

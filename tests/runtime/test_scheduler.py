@@ -17,7 +17,7 @@ from conftest import finishes
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
-from piserini_ray.runtime import run_on_ray
+from piserini_ray.pipeline import run_on_ray
 from piserini_ray.sweep import expand_sweep
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, describe_validation_error
-from piserini_ray.offline.config import OfflineConfig
 
 
 class StrictModel(BaseModel):

@@ -1,0 +1,53 @@
+"""Which API base serves a model: the one owner of that question for both engines, the judge,
+`ask` and the model check.
+
+A model with an `api_base` is served there. An offline model without one is served by the
+loopback offline provider of the run's `offline` settings, started here on first use (one per
+distinct settings, so runs and judges that share them share its quotas and its bill) and
+stopped when the endpoints close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from types import TracebackType
+
+from piserini_ray.config import ModelConfig, OfflineConfig
+
+
+class ModelEndpoints:
+    """A job's endpoints; a context manager (the offline providers stop on exit)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._started: dict[str, str] = {}
+        self._lock = threading.Lock()  # the Ray engine asks from its bring-up thread too
+
+    def api_base(self, model: ModelConfig, offline: OfflineConfig) -> str | None:
+        if not (model.is_offline and model.api_base is None):
+            return model.api_base
+        key = offline.model_dump_json()
+        with self._lock:
+            if key not in self._started:
+                from piserini_ray.offline import OfflineProvider  # aiohttp: only when needed
+
+                provider = self._stack.enter_context(OfflineProvider(offline))
+                self._started[key] = provider.base_url
+            return self._started[key]
+
+    def close(self) -> None:
+        with self._lock:
+            self._started.clear()
+            self._stack.close()
+
+    def __enter__(self) -> ModelEndpoints:
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self.close()

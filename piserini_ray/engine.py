@@ -1,0 +1,114 @@
+"""What the pipeline hands an engine, and what every engine promises: a leaf of shared types.
+
+The pipeline (`pipeline.py`) prepares runs and an engine (`local_run.LocalEngine` in this
+process, `runtime.RayEngine` on Ray) executes them; both import this module, neither imports
+the other. `PreparedRun.complete` is the one way a query ends, in either engine: its record is
+written, the cost guard and the progress display learn of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from piserini_ray.config import RunConfig
+from piserini_ray.data import Benchmark, Query
+from piserini_ray.metrics.cost import CostGuard, PricingTable
+from piserini_ray.progress import Progress
+from piserini_ray.records import QueryRecord
+from piserini_ray.store import RunStore
+
+#: Where an engine and the pipeline say what they do (one line each, to the user).
+Log = Callable[[str], None]
+
+
+@dataclass
+class PreparedRun:
+    """A run that passed every check: its data, its index, its open store and its todo list."""
+
+    config: RunConfig
+    run_dir: Path
+    benchmark: Benchmark
+    queries: list[Query]  # the slice
+    index: Path
+    store: RunStore
+    pricing: PricingTable
+    todo: list[Query]
+    guard: CostGuard
+    ran: int = 0  # records written by this execution
+
+    @property
+    def wanted(self) -> set[str]:
+        return {q.query_id for q in self.queries}
+
+    def cost_of(self, record: QueryRecord) -> float | None:
+        price = self.pricing.price(record.model)
+        return price.cost(record.usage) if price else None
+
+    def may_start(self, running: int) -> bool:
+        """Whether another query may start with `running` of this run in flight (the cost
+        cap, and a run halted by a refusal, start none)."""
+        return self.guard.may_start(running)
+
+    def complete(self, record: QueryRecord, progress: Progress | None = None) -> None:
+        """A query ended: write its record (once: the store refuses a second), count its spend
+        against the cost cap, and show it."""
+        self.store.append(record)
+        self.guard.finished(record.usage)
+        self.ran += 1
+        if progress is not None:
+            progress.record(record.status, record.usage, self.cost_of(record))
+
+    def refused(self, reason: str) -> None:
+        """The provider refused the run itself (a wrong key, a model it does not serve): every
+        query would fail alike, so none more starts and no record is written for it."""
+        self.guard.halt(reason)
+
+
+class RunSummary(BaseModel):
+    """What `run` prints when the engine is done, before judging."""
+
+    run_dir: str
+    config_hash: str
+    model: str
+    queries: int
+    ran_now: int
+    statuses: dict[str, int]
+    tool_calls_per_query: dict[str, float]
+    tokens_total: dict[str, int]
+    tokens_median_per_query: float
+    cached_token_ratio: float
+    #: USD from the pricing table; None when the model is not in it.
+    cost_usd: float | None
+    #: Model calls whose reply had no usage block (cost is then a lower bound).
+    calls_without_usage: int = 0
+    #: Why the run stopped before its todo list was done (the cost cap), if it did.
+    stopped: str | None = None
+
+
+class Engine(Protocol):
+    """Runs prepared runs' todo lists and judges their answers, writing each record and verdict
+    through its run's store as it comes (`local_run.LocalEngine`, `runtime.RayEngine`).
+
+    `start` may begin bringing up workers while `prepare` checks the data (idempotent); `judge`
+    gives every answer without a verdict one from `config`'s judge model, under the limiter of
+    that model's quota key; `close` lets go of what `run` never took."""
+
+    def start(self, configs: list[RunConfig], log: Log) -> None: ...
+
+    def run(self, runs: list[PreparedRun], log: Log) -> None: ...
+
+    def judge(
+        self,
+        config: RunConfig,
+        store: RunStore,
+        records: list[QueryRecord],
+        queries: dict[str, Query],
+        log: Log,
+    ) -> None: ...
+
+    def close(self) -> None: ...
