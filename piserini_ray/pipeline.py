@@ -168,12 +168,17 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
 
 def default_run_dir(config: RunConfig, root: Path | None = None) -> Path:
     """`<runs_root>/<benchmark>-<model>-<config hash>`: the same config finds the same run
-    directory wherever the command runs from (a resubmitted job resumes)."""
+    directory wherever the command runs from (a resubmitted job resumes). A run named by the
+    hash of an earlier version (a hosted model's hash counted the offline settings) is found
+    under its old name, so it resumes instead of being paid for again."""
     import re
 
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", config.model.name)
     root = root if root is not None else config.runtime.resolved_runs_root()
-    return root / f"{config.benchmark.display_name()}-{model}-{config.config_hash()[:8]}"
+    prefix = f"{config.benchmark.display_name()}-{model}-"
+    path = root / f"{prefix}{config.config_hash()[:8]}"
+    earlier = root / f"{prefix}{config.config_hash(with_offline=True)[:8]}"
+    return earlier if not path.exists() and (earlier / "manifest.json").exists() else path
 
 
 def check_models(configs: list[RunConfig], log: Log, include_offline: bool = False) -> None:

@@ -129,6 +129,9 @@ class RunManifest(BaseModel):
     config: dict[str, Any]
     versions: dict[str, str]
     started_at: str
+    #: The content key of each data file when the run began (`RunConfig.data_keys`): a
+    #: resumed run whose files changed in place is refused, never mixed.
+    data: dict[str, str] = Field(default_factory=dict)
 
 
 def now_iso() -> str:

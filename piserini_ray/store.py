@@ -210,6 +210,7 @@ class RunStore:
             ) from None
 
     def _open_manifest(self, config: RunConfig) -> RunManifest:
+        self._data = config.data_keys()
         path = self.run_dir / "manifest.json"
         if path.exists():
             manifest = RunManifest.model_validate_json(path.read_bytes())
@@ -234,12 +235,16 @@ class RunStore:
                     f"Start a new run with another --run-dir, or resume the old one with "
                     f"`piserini-ray resume {self.run_dir}` (it uses the run's own config)."
                 )
-            elif same:
-                return manifest
-            else:  # the same run opened from elsewhere: `resume` takes the paths used last
-                return self._write_manifest(
-                    manifest.model_copy(update={"config": config.model_dump(mode="json")})
-                )
+            elif not self._data_changed(manifest, config):
+                if same and manifest.data:
+                    return manifest
+                # The same run opened from elsewhere (`resume` takes the paths used last), or
+                # one begun before manifests kept the data's content keys.
+                known = {k: v for k, v in self._data.items() if not v.startswith("missing:")}
+                update = {"config": config.model_dump(mode="json"), "data": manifest.data | known}
+                return self._write_manifest(manifest.model_copy(update=update))
+            else:  # changed data in a run that holds nothing yet: it starts on the new data
+                self.config_hash = config.config_hash()
         else:
             self.config_hash = config.config_hash()
         return self._write_manifest(
@@ -249,8 +254,32 @@ class RunStore:
                 config=config.model_dump(mode="json"),
                 versions=versions(),
                 started_at=now_iso(),
+                data=self._data,
             )
         )
+
+    def _data_changed(self, manifest: RunManifest, config: RunConfig) -> bool:
+        """A run's records come from one dataset: a data file that changed in place since the
+        run began (same path, other content) stops the run, unless it holds nothing yet (then
+        True: it begins again on the new data). A file absent here (judging on another
+        machine) is not checked."""
+        changed = [
+            f"{key} ({getattr(getattr(config, key.split('.')[0]), key.split('.')[1])})"
+            for key, was in manifest.data.items()
+            if (now := self._data.get(key)) is not None
+            and not now.startswith("missing:")
+            and now != was
+        ]
+        if changed and not self._holds_nothing():
+            self.close()
+            raise RunStoreError(
+                f"the data of run {self.run_dir} changed since it began: "
+                f"{', '.join(changed)} now has other content, so resuming would mix records "
+                "of two datasets. Restore the file as it was, or start a new run on the new "
+                "data: without --run-dir it gets its own directory (the hash counts the data's "
+                "content), or name another --run-dir."
+            )
+        return bool(changed)
 
     def _write_manifest(self, manifest: RunManifest) -> RunManifest:
         path = self.run_dir / "manifest.json"

@@ -115,3 +115,229 @@ def test_a_large_data_file_is_identified_by_sampled_chunks(
         f.write(b"y")
     assert config_module.file_identity(big) != first
     assert config_module.file_identity(tmp_path / "absent") == f"missing:{tmp_path / 'absent'}"
+
+
+# Every config field and whether it names a run (its config hash). Adding a field to a model
+# fails its class definition until it is listed in IDENTITY or NOT_IDENTITY there; this list
+# makes the decision visible in review. `offline.*` counts only for a model that the run's own
+# offline provider serves; `retrieval.dense/hybrid/rerank.*` only for the backends that use them.
+RUN_IDENTITY = [
+    "benchmark",
+    "benchmark.source",
+    "benchmark.name",
+    "benchmark.queries",
+    "benchmark.corpus",
+    "benchmark.qrels_evidence",
+    "benchmark.qrels_gold",
+    "benchmark.obfuscated",
+    "benchmark.canary",
+    "slice",
+    "slice.ids",
+    "slice.ids_file",
+    "slice.sample",
+    "slice.seed",
+    "retrieval",
+    "retrieval.backend",
+    "retrieval.preset",
+    "retrieval.bm25",
+    "retrieval.bm25.k1",
+    "retrieval.bm25.b",
+    "retrieval.depth",
+    "retrieval.jvm_heap",
+    "retrieval.index_threads",
+    "retrieval.dense",
+    "retrieval.dense.encoder",
+    "retrieval.dense.pooling",
+    "retrieval.dense.normalize",
+    "retrieval.dense.query_prefix",
+    "retrieval.dense.doc_prefix",
+    "retrieval.dense.query_max_length",
+    "retrieval.dense.doc_max_length",
+    "retrieval.dense.prebuilt_index",
+    "retrieval.hybrid",
+    "retrieval.hybrid.fusion",
+    "retrieval.hybrid.rrf_k",
+    "retrieval.hybrid.alpha",
+    "retrieval.hybrid.fusion_depth",
+    "retrieval.rerank",
+    "retrieval.rerank.alpha",
+    "tools",
+    "tools.first_page",
+    "tools.browse_offset",
+    "tools.browse_limit",
+    "tools.max_browse_limit",
+    "tools.doc_offset",
+    "tools.doc_limit",
+    "tools.max_doc_limit",
+    "tools.cache_size",
+    "tools.excerpt_ranks",
+    "tools.excerpt_chars",
+    "tools.excerpt_lead",
+    "tools.spill_max_lines",
+    "tools.spill_max_bytes",
+    "tools.reason_max_words",
+    "model",
+    "model.name",
+    "model.litellm_model",
+    "model.api_base",
+    "model.api_key_env",
+    "model.temperature",
+    "model.max_output_tokens",
+    "model.reasoning_effort",
+    "model.call_timeout",
+    "model.extra",
+    "retry",
+    "retry.max_attempts",
+    "retry.max_elapsed",
+    "retry.backoff_base",
+    "retry.backoff_cap",
+    "retry.max_retry_after",
+    "agent",
+    "agent.budget_seconds",
+    "agent.steer_fraction",
+    "agent.budget_clock",
+    "agent.termination",
+    "agent.max_iterations",
+    "offline",
+    "offline.port",
+    "offline.require_key",
+    "offline.prefix_caching",
+    "offline.latency",
+    "offline.latency.kind",
+    "offline.latency.seconds",
+    "offline.latency.sigma",
+    "offline.latency.max_seconds",
+    "offline.quotas",
+    "offline.quotas.requests_per_minute",
+    "offline.quotas.tokens_per_minute",
+    "offline.quotas.window_seconds",
+    "offline.faults",
+    "offline.faults.http_500",
+    "offline.faults.hang",
+    "offline.faults.empty_reply",
+    "offline.faults.malformed_arguments",
+    "offline.faults.unknown_tool",
+    "offline.faults.missing_fields",
+    "offline.hang_seconds",
+    "offline.seed",
+    "offline.request_log",
+    "offline.model_aliases",
+]
+NOT_RUN_IDENTITY = [
+    "retrieval.index_root",
+    "retrieval.dense.batch_size",
+    "retrieval.dense.device",
+    "retrieval.dense.shard_size",
+    "retrieval.dense.build_actors",
+    "retrieval.dense.num_gpus",
+    "retrieval.dense.batch_wait",
+    "model.prompt_caching",
+    "model.rate_limit",
+    "model.rate_limit.requests_per_minute",
+    "model.rate_limit.tokens_per_minute",
+    "model.rate_limit.initial_concurrency",
+    "model.rate_limit.min_concurrency",
+    "model.rate_limit.max_concurrency",
+    "model.rate_limit.decrease_factor",
+    "model.rate_limit.clean_period",
+    "model.rate_limit.window_seconds",
+    "model.rate_limit.window_margin",
+    "model.rate_limit.output_tokens_guess",
+    "model.rate_limit.estimate_margin",
+    "runtime",
+    "runtime.address",
+    "runtime.num_cpus",
+    "runtime.object_store_mb",
+    "runtime.dashboard",
+    "runtime.replicas",
+    "runtime.cpus_per_replica",
+    "runtime.max_concurrency",
+    "runtime.max_restarts",
+    "runtime.placement",
+    "runtime.max_infrastructure_attempts",
+    "runtime.runs_root",
+    "judge",
+    "judge.model",
+    "judge.model.name",
+    "judge.model.litellm_model",
+    "judge.model.api_base",
+    "judge.model.api_key_env",
+    "judge.model.temperature",
+    "judge.model.max_output_tokens",
+    "judge.model.reasoning_effort",
+    "judge.model.call_timeout",
+    "judge.model.prompt_caching",
+    "judge.model.extra",
+    "judge.model.rate_limit",
+    "judge.model.rate_limit.requests_per_minute",
+    "judge.model.rate_limit.tokens_per_minute",
+    "judge.model.rate_limit.initial_concurrency",
+    "judge.model.rate_limit.min_concurrency",
+    "judge.model.rate_limit.max_concurrency",
+    "judge.model.rate_limit.decrease_factor",
+    "judge.model.rate_limit.clean_period",
+    "judge.model.rate_limit.window_seconds",
+    "judge.model.rate_limit.window_margin",
+    "judge.model.rate_limit.output_tokens_guess",
+    "judge.model.rate_limit.estimate_margin",
+    "judge.max_parse_retries",
+    "judge.concurrency",
+    "judge.seed",
+    "pricing",
+    "pricing.table",
+    "pricing.allow_litellm_prices",
+    "pricing.max_cost_usd",
+]
+
+
+def _fields(cls: type, prefix: str = "", identity: bool = True) -> list[tuple[str, bool]]:
+    import typing
+
+    from piserini_ray.config.base import StrictModel
+
+    rows = []
+    for name, info in cls.model_fields.items():  # type: ignore[attr-defined]
+        counts = identity and name in cls.IDENTITY  # type: ignore[attr-defined]
+        rows.append((prefix + name, counts))
+        for arg in typing.get_args(info.annotation) or (info.annotation,):
+            if isinstance(arg, type) and issubclass(arg, StrictModel):
+                rows += _fields(arg, f"{prefix}{name}.", counts)
+    return rows
+
+
+def test_every_config_field_has_decided_whether_it_is_a_runs_identity() -> None:
+    from piserini_ray.config import RunConfig
+
+    rows = _fields(RunConfig)
+    assert sorted(name for name, counts in rows if counts) == sorted(RUN_IDENTITY)
+    assert sorted(name for name, counts in rows if not counts) == sorted(NOT_RUN_IDENTITY)
+
+
+def test_a_model_field_without_a_decision_is_refused_when_the_class_is_defined() -> None:
+    from pydantic import Field
+
+    from piserini_ray.config.base import StrictModel
+
+    with pytest.raises(TypeError, match=r"undecided: \['new_knob'\]"):
+
+        class Knobs(StrictModel):
+            IDENTITY = ("old",)
+            old: int = 1
+            new_knob: int = Field(2)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("runtime.replicas", 5), ("pricing.max_cost_usd", 3.0), ("judge.concurrency", 2)],
+)
+def test_what_is_not_identity_never_renames_a_run(path: str, value: object) -> None:
+    assert load_config(None, {path: value}).config_hash() == RunConfig().config_hash()
+
+
+def test_the_offline_settings_name_only_runs_that_the_offline_provider_serves() -> None:
+    hosted = {"model.name": "gpt-x", "model.api_key_env": "KEY"}
+    assert (
+        load_config(None, hosted | {"offline.port": 5555}).config_hash()
+        == load_config(None, hosted).config_hash()
+    )
+    assert load_config(None, {"offline.seed": 7}).config_hash() != load_config(None).config_hash()

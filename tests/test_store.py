@@ -293,3 +293,47 @@ def test_a_run_recorded_by_an_older_version_opens_with_its_own_config(tmp_path: 
     path.write_bytes(orjson.dumps(manifest))
     with RunStore(tmp_path / "run", RunConfig.model_validate(manifest["config"])) as store:
         assert store.config_hash == "0123456789abcdef" and store.done() == {"q1"}
+
+
+def _own_data(tmp_path: Path) -> RunConfig:
+    """A config over a copy of the embedded sample that the test may edit in place."""
+    from piserini_ray.data.loaders import sample_dir
+
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir(), data)
+    return load_config(
+        None,
+        {
+            "benchmark.source": "jsonl",
+            "benchmark.queries": str(data / "queries.jsonl"),
+            "benchmark.corpus": str(data / "corpus.jsonl"),
+            "benchmark.qrels_evidence": str(data / "qrels_evidence.txt"),
+            "benchmark.qrels_gold": str(data / "qrels_gold.txt"),
+        },
+    )
+
+
+def test_a_corpus_changed_in_place_is_refused_on_resume_never_mixed(tmp_path: Path) -> None:
+    config = _own_data(tmp_path)
+    with RunStore(tmp_path / "run", config) as store:
+        store.append(_record(store, "q1"))
+        assert set(store.manifest.data) >= {"benchmark.corpus", "benchmark.queries"}
+        began = store.config_hash
+    corpus = Path(str(config.benchmark.corpus))
+    corpus.write_bytes(corpus.read_bytes() + b'{"docid": "new", "text": "another dataset"}\n')
+    with pytest.raises(RunStoreError, match=r"benchmark\.corpus .* now has other content"):
+        RunStore(tmp_path / "run", config)  # the same config, same paths: resume
+    assert (tmp_path / "run" / "records.jsonl").read_text().count("\n") == 1  # nothing lost
+    # The hash counts the content: without --run-dir, the new data names a new run.
+    assert config.config_hash() != began
+
+
+def test_a_run_holding_nothing_takes_the_changed_data(tmp_path: Path) -> None:
+    config = _own_data(tmp_path)
+    with RunStore(tmp_path / "run", config) as store:
+        first = store.config_hash
+    queries = Path(str(config.benchmark.queries))
+    queries.write_text(queries.read_text().splitlines()[0] + "\n")
+    with RunStore(tmp_path / "run", config) as store:
+        assert store.config_hash != first and store.config_hash == config.config_hash()
+        assert store.manifest.data == config.data_keys()

@@ -14,16 +14,16 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from piserini_ray.agent.answer import parse_final_answer
+from piserini_ray.agent.answer import ParsedAnswer, parse_final_answer
 from piserini_ray.agent.budget import BudgetClock
 from piserini_ray.agent.prompt import STEER_MESSAGE, SYSTEM_PROMPT, question_message
 from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
 from piserini_ray.errors import InfrastructureError, ProviderRefused
-from piserini_ray.llm.client import LLMClient
+from piserini_ray.llm.client import Completion, LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import (
     QueryRecord,
@@ -44,17 +44,275 @@ async def run_inline(session: ToolSession, name: str, arguments: str) -> ToolRes
     return session.call(name, arguments)
 
 
-@dataclass
-class _State:
-    messages: list[dict[str, Any]]
-    turns: list[Turn] = field(default_factory=list)
-    final: str | None = None
-    steer_requested: bool = False
-    steered: bool = False
-
-
 class _IterationCap(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a query ended: its status, why (`answer`, `budget`, `iterations`, `error`), and the
+    error text of a failure or a cap."""
+
+    status: Status
+    termination: str
+    error: str | None = None
+
+
+def ending_of(
+    exc: BaseException | None,
+    budget_ran_out: bool,
+    max_iterations: int,
+    scrub: Callable[[str], str] = lambda text: text,
+) -> Ending:
+    """The status mapping (SPEC §4), a pure function of how the loop stopped: the budget first,
+    then the loop's own exception (None: it answered). Raises instead of ending the query for
+    what is not the query's fault: an `InfrastructureError` (no record; it runs again) and a
+    refusal of the whole run (`ProviderRefused`: every query would fail alike)."""
+    if budget_ran_out:
+        return Ending("timeout", "budget")
+    if exc is None:
+        return Ending("completed", "answer")
+    if isinstance(exc, _IterationCap):
+        return Ending("timeout", "iterations", f"reached the cap of {max_iterations} model turns")
+    if isinstance(exc, InfrastructureError):
+        raise exc
+    if isinstance(exc, RetryError) and exc.failure.stops_run:
+        raise ProviderRefused(scrub(str(exc))) from None
+    if isinstance(exc, RetryError):
+        return Ending("failed", "error", str(exc))
+    return Ending("failed", "error", scrub(f"{type(exc).__name__}: {exc}"))
+
+
+@dataclass(frozen=True)
+class ToolEvidence:
+    """What the tools saw during a query, in the order they saw it (SPEC §5's document sets),
+    with every search's ranking and the spilled outputs."""
+
+    surfaced: list[str]
+    previewed: list[str]
+    opened: list[str]
+    rankings: list[RankingLog]
+    spills: dict[str, str]
+
+    @staticmethod
+    def of(session: ToolSession) -> ToolEvidence:
+        backend = session.backend
+        return ToolEvidence(
+            surfaced=list(session.surfaced),
+            previewed=list(session.previewed),
+            opened=list(session.opened),
+            rankings=[
+                RankingLog(
+                    search_id=s.search_id,
+                    query=s.query,
+                    docids=[backend.docid(int(o)) for o in s.ranking.ordinals],
+                    backend=backend.name,
+                )
+                for s in session.history
+            ],
+            spills=dict(session.spills),
+        )
+
+
+@dataclass(frozen=True)
+class Timing:
+    charged: float
+    waited: float
+    wall: float
+    clock: str  # `agent.budget_clock`
+
+
+def build_record(
+    *,
+    query_id: str,
+    model: str,
+    run_id: str,
+    config_hash: str,
+    ending: Ending,
+    final: str | None,
+    parsed: ParsedAnswer,
+    turns: list[Turn],
+    steered: bool,
+    evidence: ToolEvidence,
+    timing: Timing,
+    started_at: str,
+    finished_at: str,
+) -> QueryRecord:
+    """A query's record, a pure function of what happened: only a completed query keeps its
+    answer and citations; its behavior set is what it opened plus what it cited."""
+    completed = ending.status == "completed"
+    behavior = dict.fromkeys(evidence.opened + parsed.cited)
+    return QueryRecord(
+        run_id=run_id,
+        config_hash=config_hash,
+        query_id=query_id,
+        model=model,
+        status=ending.status,
+        error=ending.error,
+        termination=ending.termination,
+        final_answer=final if completed else None,
+        explanation=parsed.explanation,
+        exact_answer=parsed.exact_answer if completed else None,
+        confidence=parsed.confidence,
+        confidence_missing=parsed.confidence_missing,
+        cited=parsed.cited if completed else [],
+        trajectory=turns,
+        turns=len(turns),
+        tool_call_counts=dict(Counter(c.name for t in turns for c in t.tool_calls)),
+        usage=sum((t.usage for t in turns), Usage()),
+        calls_without_usage=sum(1 for t in turns if not t.usage_reported),
+        charged_seconds=round(timing.charged, 4),
+        waited_seconds=round(timing.waited, 4),
+        wall_seconds=round(timing.wall, 4),
+        budget_clock=timing.clock,
+        steered=steered,
+        surfaced=evidence.surfaced,
+        previewed=evidence.previewed,
+        opened=evidence.opened,
+        behavior=list(behavior) if completed else evidence.opened,
+        started_at=started_at,
+        finished_at=finished_at,
+        rankings=evidence.rankings,
+        spills=evidence.spills,
+    )
+
+
+class _QueryRun:
+    """One query's loop and watchdog over explicit state: the message history, the turns so
+    far, the final answer and the steer flags. The watchdog sets `steer_requested` (and blocks
+    the tools); the loop adds the steer message at its next turn boundary."""
+
+    def __init__(
+        self,
+        query: Query,
+        session: ToolSession,
+        client: LLMClient,
+        config: AgentConfig,
+        tools: list[dict[str, Any]],
+        tool_runner: ToolRunner,
+        emit: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self.session = session
+        self.client = client
+        self.config = config
+        self.tools = tools
+        self.tool_runner = tool_runner
+        self.emit = emit
+        self.clock = BudgetClock(config.budget_seconds, config.steer_fraction, config.budget_clock)
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": question_message(query.query)},
+        ]
+        self.turns: list[Turn] = []
+        self.final: str | None = None
+        self.steer_requested = False
+        self.steered = False
+
+    async def run(self) -> Ending:
+        """Run the loop (and, on the clock, the watchdog) until one ends; how the query ended."""
+        use_clock = self.config.termination in ("time", "both")
+        loop_task = asyncio.ensure_future(self.loop())
+        guard = asyncio.ensure_future(self.watchdog()) if use_clock else None
+        try:
+            waiting = {loop_task} | ({guard} if guard else set())
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            budget_ran_out = loop_task not in done
+            if budget_ran_out:  # stop wherever the loop is, an in-flight call included
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
+            exc = None if budget_ran_out else loop_task.exception()
+            return ending_of(exc, budget_ran_out, self.config.max_iterations, self.client.scrub)
+        finally:
+            if guard is not None:
+                guard.cancel()
+                await asyncio.gather(guard, return_exceptions=True)
+            if not loop_task.done():  # our own caller was cancelled
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
+
+    async def watchdog(self) -> None:
+        await self.clock.until_charged(self.clock.steer_at)
+        self.session.block()  # tools are blocked from this instant
+        self.steer_requested = True
+        await self.clock.until_charged(self.clock.budget)
+
+    async def loop(self) -> None:
+        use_cap = self.config.termination in ("iterations", "both")
+        while True:
+            if use_cap and len(self.turns) >= self.config.max_iterations:
+                raise _IterationCap
+            completion = await self.model_turn(self.new_turn())
+            if not completion.tool_calls:
+                self.final = completion.content
+                return
+            for call in completion.tool_calls:
+                await self.tool_call(self.turns[-1], call)
+
+    def new_turn(self) -> Turn:
+        steered_now = False
+        if self.steer_requested and not self.steered:
+            self.messages.append({"role": "user", "content": STEER_MESSAGE})
+            self.steered = steered_now = True
+            self.emit("steer", {"charged": self.clock.charged()})
+        turn = Turn(
+            index=len(self.turns) + 1,
+            model_output=None,
+            started_at_charged=round(self.clock.charged(), 4),
+            steered=steered_now,
+        )
+        self.turns.append(turn)
+        return turn
+
+    async def model_turn(self, turn: Turn) -> Completion:
+        try:
+            completion = await self.client.complete(self.messages, self.tools, waits=self.clock)
+        except RetryError as e:  # the turn shows every attempt the call made
+            turn.attempts, turn.retries = e.attempts, e.failures
+            turn.model_seconds = round(e.model_seconds, 4)
+            turn.waited_seconds = round(e.waited_seconds, 4)
+            raise
+        self.messages.append(completion.message)
+        turn.usage_reported = completion.usage_reported
+        turn.model_output = completion.content
+        turn.reasoning = completion.reasoning
+        turn.usage = completion.usage
+        turn.model_seconds = round(completion.model_seconds, 4)
+        turn.waited_seconds = round(completion.waited_seconds, 4)
+        turn.attempts = completion.attempts
+        turn.retries = completion.failures
+        self.emit(
+            "model",
+            {
+                "turn": turn.index,
+                "content": completion.content,
+                "tool_calls": completion.tool_calls,
+            },
+        )
+        return completion
+
+    async def tool_call(self, turn: Turn, call: dict[str, Any]) -> None:
+        function = call.get("function", {})
+        name = str(function.get("name") or "")
+        arguments = function.get("arguments")
+        arguments = arguments if isinstance(arguments, str) else str(arguments or "")
+        tool_started = time.monotonic()
+        result = await self.tool_runner(self.session, name, arguments)
+        record = ToolCallRecord(
+            id=call.get("id"),
+            name=name,
+            arguments=arguments,
+            reason=result.reason,
+            ok=result.ok,
+            observation=result.output,
+            spill_file=result.spill_file,
+            error=result.error,
+            seconds=round(time.monotonic() - tool_started, 4),
+        )
+        turn.tool_calls.append(record)
+        self.messages.append(
+            {"role": "tool", "tool_call_id": call.get("id"), "content": result.output}
+        )
+        self.emit("tool", record.model_dump())
 
 
 async def run_query(
@@ -70,167 +328,24 @@ async def run_query(
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> QueryRecord:
     """Run one query to an answer, a timeout or a failure; always return its record."""
-    emit = on_event or (lambda _kind, _data: None)
-    clock = BudgetClock(config.budget_seconds, config.steer_fraction, config.budget_clock)
-    state = _State(
-        messages=[
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": question_message(query.query)},
-        ]
-    )
     started_at = now_iso()
-    use_clock = config.termination in ("time", "both")
-    use_cap = config.termination in ("iterations", "both")
-
-    async def loop() -> None:
-        while True:
-            if use_cap and len(state.turns) >= config.max_iterations:
-                raise _IterationCap
-            steered_now = False
-            if state.steer_requested and not state.steered:
-                state.messages.append({"role": "user", "content": STEER_MESSAGE})
-                state.steered = steered_now = True
-                emit("steer", {"charged": clock.charged()})
-            turn = Turn(
-                index=len(state.turns) + 1,
-                model_output=None,
-                started_at_charged=round(clock.charged(), 4),
-                steered=steered_now,
-            )
-            state.turns.append(turn)
-            try:
-                completion = await client.complete(state.messages, tools, waits=clock)
-            except RetryError as e:  # the turn shows every attempt the call made
-                turn.attempts, turn.retries = e.attempts, e.failures
-                turn.model_seconds = round(e.model_seconds, 4)
-                turn.waited_seconds = round(e.waited_seconds, 4)
-                raise
-            state.messages.append(completion.message)
-            turn.usage_reported = completion.usage_reported
-            turn.model_output = completion.content
-            turn.reasoning = completion.reasoning
-            turn.usage = completion.usage
-            turn.model_seconds = round(completion.model_seconds, 4)
-            turn.waited_seconds = round(completion.waited_seconds, 4)
-            turn.attempts = completion.attempts
-            turn.retries = completion.failures
-            emit(
-                "model",
-                {
-                    "turn": turn.index,
-                    "content": completion.content,
-                    "tool_calls": completion.tool_calls,
-                },
-            )
-            if not completion.tool_calls:
-                state.final = completion.content
-                return
-            for call in completion.tool_calls:
-                function = call.get("function", {})
-                name = str(function.get("name") or "")
-                arguments = function.get("arguments")
-                arguments = arguments if isinstance(arguments, str) else str(arguments or "")
-                tool_started = time.monotonic()
-                result = await tool_runner(session, name, arguments)
-                record = ToolCallRecord(
-                    id=call.get("id"),
-                    name=name,
-                    arguments=arguments,
-                    reason=result.reason,
-                    ok=result.ok,
-                    observation=result.output,
-                    spill_file=result.spill_file,
-                    error=result.error,
-                    seconds=round(time.monotonic() - tool_started, 4),
-                )
-                turn.tool_calls.append(record)
-                state.messages.append(
-                    {"role": "tool", "tool_call_id": call.get("id"), "content": result.output}
-                )
-                emit("tool", record.model_dump())
-
-    async def watchdog() -> str:
-        await clock.until_charged(clock.steer_at)
-        session.block()  # tools are blocked from this instant
-        state.steer_requested = True
-        await clock.until_charged(clock.budget)
-        return "budget"
-
-    status: Status = "completed"
-    error: str | None = None
-    termination = "answer"
-    loop_task = asyncio.ensure_future(loop())
-    guard = asyncio.ensure_future(watchdog()) if use_clock else None
-    try:
-        waiting = {loop_task} | ({guard} if guard else set())
-        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if loop_task not in done:  # the budget ran out first: stop wherever the loop is
-            loop_task.cancel()
-            await asyncio.gather(loop_task, return_exceptions=True)
-            status, termination = "timeout", "budget"
-        else:
-            exc = loop_task.exception()
-            if isinstance(exc, _IterationCap):
-                status, termination = "timeout", "iterations"
-                error = f"reached the cap of {config.max_iterations} model turns"
-            elif isinstance(exc, InfrastructureError):
-                raise exc  # not the query's fault: no record, the scheduler runs it again
-            elif isinstance(exc, RetryError) and exc.failure.stops_run:
-                raise ProviderRefused(client.scrub(str(exc))) from None  # the run's, not ours
-            elif isinstance(exc, RetryError):
-                status, termination, error = "failed", "error", str(exc)
-            elif exc is not None:
-                status, termination = "failed", "error"
-                error = client.scrub(f"{type(exc).__name__}: {exc}")
-    finally:
-        if guard is not None:
-            guard.cancel()
-            await asyncio.gather(guard, return_exceptions=True)
-        if not loop_task.done():  # our own caller was cancelled
-            loop_task.cancel()
-            await asyncio.gather(loop_task, return_exceptions=True)
-
-    parsed = parse_final_answer(state.final, lambda d: session.backend.ordinal(d) is not None)
-    counts = Counter(c.name for t in state.turns for c in t.tool_calls)
-    behavior = dict.fromkeys(list(session.opened) + parsed.cited)
-    return QueryRecord(
-        run_id=run_id,
-        config_hash=config_hash,
+    emit = on_event or (lambda _kind, _data: None)
+    run = _QueryRun(query, session, client, config, tools, tool_runner, emit)
+    ending = await run.run()
+    parsed = parse_final_answer(run.final, lambda d: session.backend.ordinal(d) is not None)
+    clock = run.clock
+    return build_record(
         query_id=query.query_id,
         model=client.model.name,
-        status=status,
-        error=error,
-        termination=termination,
-        final_answer=state.final if status == "completed" else None,
-        explanation=parsed.explanation,
-        exact_answer=parsed.exact_answer if status == "completed" else None,
-        confidence=parsed.confidence,
-        confidence_missing=parsed.confidence_missing,
-        cited=parsed.cited if status == "completed" else [],
-        trajectory=state.turns,
-        turns=len(state.turns),
-        tool_call_counts=dict(counts),
-        usage=sum((t.usage for t in state.turns), Usage()),
-        calls_without_usage=sum(1 for t in state.turns if not t.usage_reported),
-        charged_seconds=round(clock.charged(), 4),
-        waited_seconds=round(clock.waited(), 4),
-        wall_seconds=round(clock.wall(), 4),
-        budget_clock=config.budget_clock,
-        steered=state.steered,
-        surfaced=list(session.surfaced),
-        previewed=list(session.previewed),
-        opened=list(session.opened),
-        behavior=list(behavior) if status == "completed" else list(session.opened),
+        run_id=run_id,
+        config_hash=config_hash,
+        ending=ending,
+        final=run.final,
+        parsed=parsed,
+        turns=run.turns,
+        steered=run.steered,
+        evidence=ToolEvidence.of(session),
+        timing=Timing(clock.charged(), clock.waited(), clock.wall(), config.budget_clock),
         started_at=started_at,
         finished_at=now_iso(),
-        rankings=[
-            RankingLog(
-                search_id=s.search_id,
-                query=s.query,
-                docids=[session.backend.docid(int(o)) for o in s.ranking.ordinals],
-                backend=session.backend.name,
-            )
-            for s in session.history
-        ],
-        spills=dict(session.spills),
     )

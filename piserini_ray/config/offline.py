@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from piserini_ray.config.base import StrictModel as _Strict
 
 
 class LatencyConfig(_Strict):
@@ -22,6 +20,9 @@ class LatencyConfig(_Strict):
     is `seconds` and whose log-space standard deviation is `sigma` (so mu = ln(seconds) -
     sigma²/2), seeded by `OfflineConfig.seed`; `max_seconds` caps the long tail.
     """
+
+    IDENTITY = ("kind", "seconds", "sigma", "max_seconds")
+    NOT_IDENTITY = ()
 
     kind: Literal["none", "fixed", "lognormal"] = "none"
     seconds: float = Field(0.0, ge=0)
@@ -43,6 +44,9 @@ class QuotaConfig(_Strict):
     within `tokens_per_minute`. Rejected (429) requests consume nothing.
     """
 
+    IDENTITY = ("requests_per_minute", "tokens_per_minute", "window_seconds")
+    NOT_IDENTITY = ()
+
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
     window_seconds: float = Field(60.0, gt=0)
@@ -55,6 +59,16 @@ class FaultRates(_Strict):
     only when the policy made a tool call (otherwise the next fault that fired is tried).
     """
 
+    IDENTITY = (
+        "http_500",
+        "hang",
+        "empty_reply",
+        "malformed_arguments",
+        "unknown_tool",
+        "missing_fields",
+    )
+    NOT_IDENTITY = ()
+
     http_500: float = Field(0.0, ge=0, le=1)
     hang: float = Field(0.0, ge=0, le=1)
     empty_reply: float = Field(0.0, ge=0, le=1)
@@ -65,6 +79,20 @@ class FaultRates(_Strict):
 
 class OfflineConfig(_Strict):
     """Everything the offline provider does besides the policies themselves."""
+
+    IDENTITY = (
+        "port",
+        "require_key",
+        "prefix_caching",
+        "latency",
+        "quotas",
+        "faults",
+        "hang_seconds",
+        "seed",
+        "request_log",
+        "model_aliases",
+    )
+    NOT_IDENTITY = ()
 
     port: int = Field(0, ge=0, le=65535)  # 0: the OS picks a free port
     require_key: bool = False
@@ -117,6 +145,18 @@ class Scripted(_Strict):
     an HTTP date (RFC 9110) instead of seconds.
     The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.
     """
+
+    # Not identity: a test's scripted provider behaviour, never part of a run config.
+    IDENTITY = ()
+    NOT_IDENTITY = (
+        "kind",
+        "retry_after",
+        "status",
+        "seconds",
+        "message",
+        "model",
+        "retry_after_date",
+    )
 
     kind: ScriptedKind
     retry_after: float | None = Field(None, ge=0)

@@ -1,0 +1,53 @@
+"""The base of every config model: frozen, unknown keys rejected, and each field's part in a
+run's identity declared.
+
+A run's identity (its config hash, which names its directory and guards its resume) is an
+allow-list: a field counts only if its model lists it in `IDENTITY`. Every field is listed in
+exactly one of `IDENTITY` and `NOT_IDENTITY`, checked when the class is defined, so a new field
+cannot join or leave a run's identity without that decision being written down (and
+`tests/test_config.py` pins the whole list).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Fields that shape what a run computes (its results), and so name it.
+    IDENTITY: ClassVar[tuple[str, ...]] = ()
+    #: Fields that do not: where and how wide it runs, what it costs, how it is judged.
+    NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = set(cls.model_fields)
+        identity, other = set(cls.IDENTITY), set(cls.NOT_IDENTITY)
+        undecided, unknown, both = (
+            fields - identity - other,
+            (identity | other) - fields,
+            identity & other,
+        )
+        if undecided or unknown or both:
+            raise TypeError(
+                f"{cls.__name__}: list every field once in IDENTITY or NOT_IDENTITY (does it "
+                f"change what a run computes?); undecided: {sorted(undecided)}, not fields: "
+                f"{sorted(unknown)}, in both: {sorted(both)}"
+            )
+
+
+def identity_data(model: StrictModel) -> dict[str, Any]:
+    """The model's identity fields as JSON-ready data, nested models by their own lists."""
+    data: dict[str, Any] = {}
+    for name in type(model).IDENTITY:
+        value = getattr(model, name)
+        if isinstance(value, StrictModel):
+            data[name] = identity_data(value)
+        else:
+            data[name] = model.model_dump(mode="json", include={name})[name]
+    return data
