@@ -1,6 +1,8 @@
 """`cluster.yaml` as Ray's cluster launcher reads it (`ray up` prepares, then validates against
 Ray's own schema), and what it must promise: a pinned image with our Python and Ray, setup
-that fails loudly, data and results outside the job's working dir."""
+that fails loudly, data and results outside the job's working dir, Ray with token auth (the
+token from the machine that runs `ray up`, never in the file), the dashboard on the head's
+loopback, no key on any node, and commands that parse with the CLIs they name."""
 
 import re
 import tomllib
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_k8s_manifests import SECRET_VALUE, command_error, commands_in
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,3 +78,56 @@ def test_data_and_results_stay_out_of_the_working_dir(prepared: dict) -> None:
     starts = prepared["head_start_ray_commands"] + prepared["worker_start_ray_commands"]
     assert all("PISERINI_RAY_HOME=~/piserini_ray_home" in s for s in starts if "ray start" in s)
     assert "~/piserini_ray_home/runs/" in (ROOT / "cluster.yaml").read_text()  # rsync-down
+
+
+COMMAND_LISTS = (
+    "initialization_commands", "setup_commands", "head_setup_commands",
+    "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
+)  # fmt: skip
+
+
+def _ray_starts(prepared: dict, key: str) -> list[str]:
+    return [s for s in prepared[key] if re.search(r"\bray start\b", s)]
+
+
+def test_ray_starts_with_token_auth_and_the_token_is_never_in_the_file(prepared: dict) -> None:
+    starts = _ray_starts(prepared, "head_start_ray_commands") + _ray_starts(
+        prepared, "worker_start_ray_commands"
+    )
+    assert len(starts) == 2
+    for start in starts:  # the mode in the environment of every `ray start`
+        assert re.match(r"export (\S+ )*RAY_AUTH_MODE=token[ &]", start), start
+    # The token: the runner's own ~/.ray/auth_token, copied to Ray's default path on each node.
+    assert prepared["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    # Every shell on a node (the launcher's commands, `ray attach` for the driver) has the mode.
+    assert any(
+        "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in s for s in prepared["setup_commands"]
+    )
+    text = (ROOT / "cluster.yaml").read_text()
+    assert not re.search(r"RAY_AUTH_TOKEN\s*=", text) and not SECRET_VALUE.findall(text)
+    assert "RAY_AUTH_MODE=disabled" not in text
+
+
+def test_the_dashboard_stays_on_the_heads_loopback(prepared: dict) -> None:
+    (head,) = _ray_starts(prepared, "head_start_ray_commands")
+    assert "--dashboard-host=127.0.0.1" in head.split()
+    (worker,) = _ray_starts(prepared, "worker_start_ray_commands")
+    assert "dashboard-host" not in worker
+
+
+def test_no_node_gets_a_key(prepared: dict) -> None:
+    """Keys reach the driver only (a shell on the head, see the file's header): no command the
+    launcher runs on a node names a key variable, and no file it copies is a key file."""
+    commands = " ".join(c for key in COMMAND_LISTS for c in prepared[key])
+    assert not re.search(r"[A-Z0-9_]*(API_KEY|_KEY=|SECRET|PASSWORD)", commands)
+    assert not [m for m in prepared["file_mounts"] if re.search(r"key|secret|\.env", m, re.I)]
+    assert "ray attach cluster.yaml" in (ROOT / "cluster.yaml").read_text()
+
+
+def test_every_command_in_the_file_parses_with_its_own_cli() -> None:
+    found = list(commands_in((ROOT / "cluster.yaml").read_text()))
+    assert {w[0] for w in found} == {"ray", "piserini-ray"}
+    broken = [error for words in found if (error := command_error(words))]
+    assert not broken, "\n".join(broken)
+    runs = [w for w in found if w[:2] == ["piserini-ray", "run"]]
+    assert runs and all("--config" in w for w in runs)  # the driver's run, in the header
