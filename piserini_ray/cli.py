@@ -113,14 +113,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.check:
         pipeline.check_models([config], _log, include_offline=True)
         return 0
-    _run_and_report([(config, args.run_dir)], args.engine, args.concurrency)
-    return 0
+    return _run_and_report([(config, args.run_dir)], args.engine, args.concurrency)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
-    _run_and_report([(manifest_config(args.run_dir), args.run_dir)], args.engine, args.concurrency)
-    return 0
+    runs: list[tuple[RunConfig, Path | None]] = [(manifest_config(args.run_dir), args.run_dir)]
+    return _run_and_report(runs, args.engine, args.concurrency, retry_failed=args.retry_failed)
 
 
 def _run_and_report(
@@ -128,11 +127,18 @@ def _run_and_report(
     engine: str,
     concurrency: int,
     reference: Path | None = None,
-) -> None:
+    retry_failed: bool = False,
+) -> int:
+    """Run, print each summary, judge, print the report; the exit status: 0, 1 when queries
+    failed, 2 when the run was refused (a key, a model, an endpoint)."""
     from piserini_ray import pipeline
 
     chosen = pipeline.make_engine(engine, concurrency, release_ray=True)
-    _print_report(pipeline.run_and_report(runs, chosen, _log, _print_summary, reference))
+    report, status = pipeline.run_and_report(
+        runs, chosen, _log, _print_summary, reference, retry_failed
+    )
+    _print_report(report)
+    return status
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
@@ -390,8 +396,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runs = expand_sweep(args.config, args.runs_root)
     reference = reference_run(args.config, runs)  # a bad reference stops before any work
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
-    _run_and_report(list(runs), "ray", 0, reference=reference)
-    return 0
+    return _run_and_report(list(runs), "ray", 0, reference=reference)
 
 
 def _print_summary(summary: RunSummary) -> None:
@@ -576,6 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_estimate)
     p = sub.add_parser("resume", help="Continue a run from its manifest.")
     p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run every failed query again (failures that were not the query's fault, such as "
+        "a lost node or a provider outage, always run again)",
+    )
     _engine_arguments(p)
     p.set_defaults(func=cmd_resume)
     p = sub.add_parser("sweep", help="Expand a sweep file into runs and execute them together.")

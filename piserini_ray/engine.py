@@ -8,8 +8,9 @@ written, the cost guard and the progress display learn of it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +41,11 @@ class PreparedRun:
     todo: list[Query]
     guard: CostGuard
     ran: int = 0  # records written by this execution
+    #: Why this execution's failed queries failed (the first words of each error), by count.
+    failures: Counter[str] = field(default_factory=Counter)
+    #: Set when more than `runtime.max_failure_rate` of the todo list failed: nothing more
+    #: starts, and the run exits non-zero.
+    failure_stop: str | None = None
 
     @property
     def wanted(self) -> set[str]:
@@ -51,22 +57,48 @@ class PreparedRun:
 
     def may_start(self, running: int) -> bool:
         """Whether another query may start with `running` of this run in flight (the cost
-        cap, and a run halted by a refusal, start none)."""
-        return self.guard.may_start(running)
+        cap, a run halted by a refusal and one past its failure rate start none)."""
+        return self.failure_stop is None and self.guard.may_start(running)
 
     def complete(self, record: QueryRecord, progress: Progress | None = None) -> None:
         """A query ended: write its record (once: the store refuses a second), count its spend
-        against the cost cap, and show it."""
+        against the cost cap, apply the failure policy, and show it."""
         self.store.append(record)
         self.guard.finished(record.usage)
         self.ran += 1
+        if record.status == "failed":
+            self.failures[_cause(record.error)] += 1
+            self._apply_failure_policy()
         if progress is not None:
             progress.record(record.status, record.usage, self.cost_of(record))
+
+    def stop_reason(self) -> str | None:
+        """Why the run stopped before its todo list was done, if it did."""
+        return self.failure_stop or self.guard.stop_reason()
+
+    def _apply_failure_policy(self) -> None:
+        failed, rate = sum(self.failures.values()), self.config.runtime.max_failure_rate
+        if self.failure_stop is None and failed > rate * len(self.todo):
+            causes = "; ".join(f"{n} x {cause}" for cause, n in self.failures.most_common(3))
+            self.failure_stop = (
+                f"{failed} of {len(self.todo)} queries failed, more than "
+                f"runtime.max_failure_rate ({rate:.0%}); no new query was started. Top causes: "
+                f"{causes}. Fix the cause, then resume (`resume --retry-failed` runs the failed "
+                "ones again)"
+            )
 
     def refused(self, reason: str) -> None:
         """The provider refused the run itself (a wrong key, a model it does not serve): every
         query would fail alike, so none more starts and no record is written for it."""
         self.guard.halt(reason)
+
+
+def _cause(error: str | None) -> str:
+    """A failure's cause for counting: its first line, without attempt counts and ids."""
+    import re
+
+    first = (error or "unknown error").splitlines()[0]
+    return re.sub(r"\d+", "N", first)[:120]
 
 
 class RunSummary(BaseModel):
@@ -86,8 +118,18 @@ class RunSummary(BaseModel):
     cost_usd: float | None
     #: Model calls whose reply had no usage block (cost is then a lower bound).
     calls_without_usage: int = 0
-    #: Why the run stopped before its todo list was done (the cost cap), if it did.
+    #: Why the run stopped before its todo list was done (the cost cap, a refusal, too many
+    #: failures), if it did.
     stopped: str | None = None
+    #: The provider (or the configuration) refused the run: nothing it could fix by retrying.
+    refused: bool = False
+
+    def exit_status(self) -> int:
+        """0: every query ran to a result, or the cost cap stopped the run as asked; 1: queries
+        failed (or too many did); 2: the run was refused (a key, a model, an endpoint)."""
+        if self.refused:
+            return 2
+        return 1 if self.statuses.get("failed") else 0
 
 
 class Engine(Protocol):

@@ -96,8 +96,8 @@ class LocalEngine:
             searcher = open_backend(run.index, run.config.retrieval)
             client = local_client(run.config.model, run.config, self.endpoints)
             asyncio.run(_run_all(run, searcher, client, self.concurrency))
-            if run.guard.stop_reason():
-                log(f"stopped: {run.guard.stop_reason()}")
+            if run.stop_reason():
+                log(f"stopped: {run.stop_reason()}")
 
     def judge(
         self,

@@ -83,17 +83,18 @@ def execute(
     engine: Engine,
     log: Log,
     only: set[str] | None = None,
+    retry_failed: bool = False,
 ) -> list[RunSummary]:
     """preflight -> engine start -> prepare -> engine run -> a summary per run (the judging and
     reports are `finish`). The engine stays open (the caller closes it: it judges next).
     `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to
-    do."""
+    do. `retry_failed`: run every failed query again (`prepare`)."""
     # A config mistake stops before the engine starts; then its workers come up while the data
     # is checked.
     priced = preflight_runs([config for config, _ in runs])
     engine.start([config for config, _ in runs], log)
     with contextlib.ExitStack() as stack:
-        prepared = prepare(runs, log, stack, only=only, priced=priced)
+        prepared = prepare(runs, log, stack, only=only, priced=priced, retry_failed=retry_failed)
         engine.run(prepared, log)
         return [
             summarize(
@@ -101,7 +102,12 @@ def execute(
                 run.config,
                 run.run_dir,
                 run.ran,
-            ).model_copy(update={"stopped": run.guard.stop_reason()})
+            ).model_copy(
+                update={
+                    "stopped": run.stop_reason(),
+                    "refused": run.guard.halted is not None,
+                }
+            )
             for run in prepared
         ]
 
@@ -197,9 +203,11 @@ def prepare(
     stack: contextlib.ExitStack,
     only: set[str] | None = None,
     priced: list[PricingTable] | None = None,
+    retry_failed: bool = False,
 ) -> list[PreparedRun]:
     """Check and open every run; the stores close with `stack`. `priced`: the runs' pricing
-    tables, when the caller made `preflight_runs` already."""
+    tables, when the caller made `preflight_runs` already. Failed queries that were not their
+    own fault (`QueryRecord.retryable`) run again; with `retry_failed`, every failed one."""
     if priced is None:
         priced = preflight_runs([config for config, _ in runs])
     # One tiny request per hosted model: a wrong key or model name stops here, in seconds.
@@ -215,6 +223,18 @@ def prepare(
     ):
         run_dir = run_dir or default_run_dir(config)
         store = stack.enter_context(RunStore(run_dir, config, log=log))
+        wanted = {q.query_id for q in queries}
+        again = store.failed(retryable_only=not retry_failed) & wanted
+        if store.release(again):
+            log(
+                f"run {store.run_dir}: {len(again)} failed quer{'y' if len(again) == 1 else 'ies'} "
+                + (
+                    "run again (--retry-failed)"
+                    if retry_failed
+                    else "not the query's fault run again"
+                )
+                + " (their records moved to records.retried.jsonl)"
+            )
         done = store.done()
         todo = [
             q for q in queries if q.query_id not in done and (only is None or q.query_id in only)
@@ -240,7 +260,8 @@ def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> Co
     if cap is None or price is None:
         return CostGuard(None, price)
     usages = [r.usage for r in store.iter_records(trajectory=False)]
-    return CostGuard(cap, price, sum(price.cost(u) for u in usages), len(usages))
+    spent = sum(price.cost(u) for u in [*usages, *store.retried_usage()])  # retried: paid too
+    return CostGuard(cap, price, spent, len(usages))
 
 
 def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
@@ -446,15 +467,18 @@ def run_and_report(
     log: Log,
     on_summary: Callable[[RunSummary], None],
     reference: Path | None = None,
-) -> Report:
+    retry_failed: bool = False,
+) -> tuple[Report, int]:
     """The main job: execute the runs, hand each summary to `on_summary` (before judging,
-    which takes a while), judge them on the same engine and report."""
+    which takes a while), judge them on the same engine and report. Returns the report and the
+    job's exit status (the worst of its runs': `RunSummary.exit_status`)."""
     with _closing(engine):
-        summaries = execute(runs, engine, log)
+        summaries = execute(runs, engine, log, retry_failed=retry_failed)
         for summary in summaries:
             on_summary(summary)
         done = [(config, Path(s.run_dir)) for (config, _), s in zip(runs, summaries, strict=True)]
-        return report_runs(done, log, engine, reference=reference)
+        report = report_runs(done, log, engine, reference=reference)
+    return report, max((s.exit_status() for s in summaries), default=0)
 
 
 def compare(

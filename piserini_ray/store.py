@@ -39,6 +39,7 @@ from piserini_ray.records import (
     QueryRecord,
     RankingLog,
     RunManifest,
+    Usage,
     now_iso,
 )
 
@@ -138,6 +139,27 @@ def _parses(line: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
+
+
+def _rewrite_without(file: JsonlFile, drop: set[str], keep_dropped: JsonlFile | None) -> int:
+    """Rewrite a JSONL file without the lines of `drop`'s queries (appended to `keep_dropped`
+    first, when given), atomically: a crash leaves the old file or the new one, whole."""
+    rows = file.read()
+    dropped = [row for row in rows if row.get("query_id") in drop]
+    if not dropped:
+        return 0
+    if keep_dropped is not None:
+        for row in dropped:
+            keep_dropped.append(row)
+    tmp = file.path.with_suffix(".rewrite")
+    with open(tmp, "wb") as f:
+        for row in rows:
+            if row.get("query_id") not in drop:
+                f.write(orjson.dumps(row) + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, file.path)
+    return len(dropped)
 
 
 def versions() -> dict[str, str]:
@@ -360,6 +382,41 @@ class RunStore:
     def done(self) -> set[str]:
         with self._lock:
             return set(self._done)
+
+    def retried_usage(self) -> list[Usage]:
+        """The usage of every record that was taken out to run again: paid all the same."""
+        path = self.run_dir / "records.retried.jsonl"
+        return [
+            Usage.model_validate(row.get("usage") or {})
+            for row in JsonlFile(path, self._log).iter()
+        ]
+
+    def failed(self, retryable_only: bool = True) -> set[str]:
+        """Queries whose record is a failure (only those not the query's fault, unless asked)."""
+        return {
+            row["query_id"]
+            for row in self._records.iter()
+            if row.get("status") == "failed" and (row.get("retryable") or not retryable_only)
+        }
+
+    def release(self, query_ids: set[str]) -> int:
+        """Take these queries' records (and their verdicts) out of the run so that they run
+        again; the records move to `records.retried.jsonl` (what was paid stays on file).
+        Verdicts go first: a crash between the two steps leaves a record without a verdict
+        (judged again), never a verdict for a record that is no longer there."""
+        if not query_ids:
+            return 0
+        with self._lock:
+            for path in sorted((self.run_dir / "judgements").glob("*.jsonl")):
+                _rewrite_without(JsonlFile(path, self._log), query_ids, None)
+            self._judgements.clear()
+            moved = _rewrite_without(
+                self._records,
+                query_ids,
+                JsonlFile(self.run_dir / "records.retried.jsonl", self._log),
+            )
+            self._done -= query_ids
+        return moved
 
     def spill_dir(self, query_id: str) -> Path:
         from piserini_ray.tools.spill import safe_component

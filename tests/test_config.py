@@ -255,6 +255,7 @@ NOT_RUN_IDENTITY = [
     "runtime.max_restarts",
     "runtime.placement",
     "runtime.max_infrastructure_attempts",
+    "runtime.max_failure_rate",
     "runtime.runs_root",
     "judge",
     "judge.model",

@@ -453,6 +453,7 @@ class RuntimeConfig(StrictModel):
         "max_restarts",
         "placement",
         "max_infrastructure_attempts",
+        "max_failure_rate",
         "runs_root",
     )
 
@@ -469,6 +470,9 @@ class RuntimeConfig(StrictModel):
     placement: Literal["spread", "pack"] = "spread"
     #: Attempts of a query lost to dead actors or nodes before it is recorded as failed.
     max_infrastructure_attempts: int = Field(3, ge=1)
+    #: When more than this share of a run's queries to do has failed, no new query starts and
+    #: the run exits non-zero with the top causes (a broken model or endpoint, not bad luck).
+    max_failure_rate: float = Field(0.05, ge=0, le=1)
     #: Where run directories go unless `--run-dir` names one: an absolute folder on the
     #: driver's node (default `$PISERINI_RAY_HOME/runs`), never the job's working directory,
     #: which `ray job submit` copies anew for every job.

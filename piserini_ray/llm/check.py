@@ -30,6 +30,12 @@ def models_of(configs: Iterable[RunConfig]) -> list[tuple[ModelConfig, RunConfig
     return list(seen.values())
 
 
+def probe_model(model: ModelConfig) -> ModelConfig:
+    """The model as the check calls it: its own settings (thinking, output cap, ...), so the
+    check is refused exactly where the run's calls would be; only the wait is shorter."""
+    return model.model_copy(update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout)})
+
+
 def check_models(
     configs: Iterable[RunConfig],
     endpoint: Endpoint,
@@ -42,9 +48,7 @@ def check_models(
     for model, config in models_of(configs):
         if model.is_offline and not include_offline:
             continue
-        # The model's own settings (thinking, output cap, ...): the check is refused exactly
-        # where the run's calls would be. Only the wait is shorter.
-        probe = model.model_copy(update={"call_timeout": min(CHECK_TIMEOUT, model.call_timeout)})
+        probe = probe_model(model)
         try:
             api_base = endpoint(probe, config.offline)
             client = build_client(

@@ -9,6 +9,10 @@ cluster-wide one on Ray), or none for a call that no quota may delay (the one-wo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from pydantic import SecretStr
+
 from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.limiter import LimiterRegistry
@@ -21,9 +25,11 @@ def build_client(
     *,
     api_base: str | None,
     limiters: LimiterRegistry | None,
+    keys: Mapping[str, SecretStr] | None = None,
 ) -> LLMClient:
     """An LLM client for `model` at `api_base` (None: the provider's default endpoint), under
     the limiter that `limiters` holds for the model's quota key (`offline`: the settings that
-    name an offline model's account)."""
+    name an offline model's account), with the key values the driver handed over (`keys`; else
+    this process's environment)."""
     limiter = limiters.limiter(model, offline) if limiters is not None else None
-    return LLMClient(model, retry, api_base=api_base, limiter=limiter)
+    return LLMClient(model, retry, api_base=api_base, limiter=limiter, keys=keys)

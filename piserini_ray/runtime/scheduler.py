@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import ray
+from pydantic import SecretStr
 from ray.exceptions import (
     ActorDiedError,
     ActorUnavailableError,
@@ -31,16 +32,20 @@ from ray.exceptions import (
 )
 
 from piserini_ray.config import RunConfig
-from piserini_ray.data import Query
+from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engine import PreparedRun
-from piserini_ray.errors import PiseriniRayError, ProviderRefused
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.errors import ConfigError, PiseriniRayError, ProviderRefused
+from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
+from piserini_ray.retrieval.index import find_index
 from piserini_ray.runtime.encoders import start_node_encoders
+from piserini_ray.runtime.gateway import Gateways
+from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options, start_ray
 from piserini_ray.runtime.readiness import check_feasible, wait_until_up
+from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
 if TYPE_CHECKING:
@@ -70,6 +75,12 @@ class _Group:
     #: Replicas whose probe found them still restarting: probed again from the given time.
     reprobe_at: dict[int, float] = field(default_factory=dict)
     dead: set[int] = field(default_factory=set)
+    #: The node each replica runs on (from its readiness probe; a restart may move it).
+    nodes: dict[int, str] = field(default_factory=dict)
+    ips: dict[int, str] = field(default_factory=dict)
+
+    def placed(self, index: int, info: dict[str, Any]) -> None:
+        self.nodes[index], self.ips[index] = info["node"], info.get("ip", "?")
 
     def available(self) -> list[int]:
         return [
@@ -138,6 +149,20 @@ def _group_key(config: RunConfig) -> str:
     ).decode()
 
 
+def check_same_code(infos: list[dict[str, Any]]) -> None:
+    """Every replica must run the driver's `piserini_ray` (version and source): a node with
+    another one is named, before any query."""
+    ours = code_identity()
+    other = {(i.get("ip", "?"), i.get("code")) for i in infos if i.get("code") != ours}
+    if other:
+        nodes = ", ".join(f"{ip} runs {code}" for ip, code in sorted(other, key=str))
+        raise SchedulerError(
+            f"a node runs another piserini_ray than the driver ({ours}): {nodes}. Install the "
+            "same version on every node (the same image, or `pip install` of the same commit), "
+            "then run again; nothing was run."
+        )
+
+
 class Replicas:
     """What a job keeps up on Ray for its runs: one group of searcher replicas per benchmark and
     retrieval settings (shared by the runs that have them), the query encoders of dense groups
@@ -153,6 +178,7 @@ class Replicas:
         self.limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
+        self.servers: list[Any] = []  # the index servers of the groups, held for the job
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
     def add(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
@@ -189,6 +215,12 @@ class Replicas:
             "lower runtime.cpus_per_replica",
             log,
         )
+        # Replicas on nodes without the index get it shipped from here (`shipping.py`).
+        source = None
+        built = find_index(load_benchmark(config.benchmark).corpus, retrieval.resolved_index_root())
+        if built is not None:
+            source, server = serve_index(built)
+            self.servers.append(server)
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=self.cpus,
@@ -196,15 +228,20 @@ class Replicas:
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
                 **jvm_actor_options(),
-            ).remote(config.benchmark, retrieval, encoders)
+            ).remote(config.benchmark, retrieval, encoders, source)
             for _ in range(runtime.replicas)
         ]
         return _Group(actors, capacity=runtime.max_concurrency)
 
     def ready(self, log: Callable[[str], None]) -> None:
-        """Wait until every replica has opened its index."""
-        refs = [a.info.remote() for g in self.groups.values() for a in g.actors]
+        """Wait until every replica has opened its index, and check that each runs the
+        driver's code."""
+        placed = [(g, i) for g in self.groups.values() for i in range(len(g.actors))]
+        refs = [g.actors[i].info.remote() for g, i in placed]
         infos = wait_until_up(refs, "searcher replicas", log)
+        for (group, index), info in zip(placed, infos, strict=True):
+            group.placed(index, info)
+        check_same_code(infos)
         log(
             f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
             f"node(s), {self.runtime.max_concurrency} queries at once each (pids "
@@ -225,9 +262,6 @@ def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
     after it: it builds their indexes (and an index that a replica were building would hide its
     corpus errors from `prepare`). A job with a dense run starts none early: `prepare` may
     build a dense index on encoder actors, which must not wait for CPUs held by idle replicas."""
-    from piserini_ray.data import load_benchmark
-    from piserini_ray.retrieval.index import find_index
-
     start_ray(configs[0].runtime, log)
     replicas = Replicas(configs, log)
     if any(c.retrieval.uses_dense for c in configs):
@@ -265,7 +299,13 @@ def run_prepared(
             str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
             for run in todo
         }
-        Dispatcher(todo, bases, replicas, log).run()
+        gateways = Gateways()
+        dispatcher = Dispatcher(todo, bases, replicas, gateways, log)
+        try:
+            dispatcher.check_models_on_every_node()
+            dispatcher.run()
+        finally:
+            gateways.close()
     finally:
         if replicas is not None:
             replicas.close()
@@ -290,17 +330,20 @@ class Dispatcher:
         runs: list[PreparedRun],
         bases: dict[str, str | None],
         replicas: Replicas,
+        gateways: Gateways,
         log: Callable[[str], None],
     ) -> None:
         self.runs = runs
         self.bases = bases
         self.replicas = replicas
+        self.gateways = gateways
         self.log = log
         self.queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
         self.in_flight: dict[Any, _InFlight] = {}
         self.attempts: dict[tuple[str, str], int] = {}
         self.progress = Progress(len(self.queue))
         self._asked_limiters = 0.0
+        self._handed: dict[str, dict[str, SecretStr]] = {}
 
     def run(self) -> None:
         try:
@@ -310,8 +353,8 @@ class Dispatcher:
                 self.submit()
             self.progress.close()
             for plan in self.runs:
-                if plan.guard.stop_reason():
-                    self.log(f"{plan.run_dir} stopped: {plan.guard.stop_reason()}")
+                if plan.stop_reason():
+                    self.log(f"{plan.run_dir} stopped: {plan.stop_reason()}")
         except KeyboardInterrupt:
             self.progress.close()
             for ref in self.in_flight:
@@ -338,12 +381,14 @@ class Dispatcher:
                 deferred.append((plan, query))
                 continue
             index = min(free, key=lambda i: group.load.get(i, 0))
-            ref = group.actors[index].run.remote(self._job(plan, query))
+            ref = group.actors[index].run.remote(self._job(plan, query, group.nodes[index]))
             group.load[index] = group.load.get(index, 0) + 1
             self.in_flight[ref] = _InFlight(plan, query, group, index)
         self.queue.extendleft(reversed(deferred))
 
-    def _job(self, plan: PreparedRun, query: Query) -> QueryJob:
+    def _job(self, plan: PreparedRun, query: Query, node: str) -> QueryJob:
+        """The query as its replica runs it, on `node`: a loopback endpoint of the driver's
+        node is reached there through that node's gateway."""
         config = plan.config
         return QueryJob(
             run_id=plan.store.run_id,
@@ -354,9 +399,46 @@ class Dispatcher:
             agent=config.agent,
             tools=config.tools,
             offline=config.offline,
-            api_base=self.bases[str(plan.run_dir)],
+            api_base=self.gateways.api_base(self.bases[str(plan.run_dir)], node),
             limiter_prefix=self.replicas.prefix,
+            keys=self._keys(plan),
         )
+
+    def _keys(self, plan: PreparedRun) -> dict[str, SecretStr]:
+        """The run's model key, read once here on the driver (see `secrets.driver_keys`)."""
+        name = str(plan.run_dir)
+        if name not in self._handed:
+            self._handed[name] = driver_keys([plan.config.model])
+        return self._handed[name]
+
+    def check_models_on_every_node(self) -> None:
+        """Before anything is spent: each hosted model answers the one-word check from every
+        node that hosts its replicas, with the key and endpoint its queries will use (a node
+        that cannot reach the provider, or lacks the key, is named). Offline models are free
+        and local: not checked here."""
+        failures, checks = [], []
+        for plan in self.runs:
+            if plan.config.model.is_offline:
+                continue
+            group = self.replicas.groups[_group_key(plan.config)]
+            first_on: dict[str, int] = {}
+            for index, node in group.nodes.items():
+                first_on.setdefault(node, index)
+            for node, index in first_on.items():
+                job = self._job(plan, plan.todo[0], node)
+                checks.append((plan, group.ips[index], group.actors[index].check_model.remote(job)))
+        for plan, ip, ref in checks:
+            problem = ray.get(ref)
+            if problem is None:
+                self.log(f"checked {plan.config.model.name} from node {ip}: it answers")
+            else:
+                failures.append(f"{plan.config.model.name} from node {ip}: {problem}")
+        if failures:
+            raise ConfigError(
+                "a model did not answer a one-word check from every node that will call it, so "
+                "nothing was run (give the driver the key, or make the endpoint reachable from "
+                "that node):\n  " + "\n  ".join(failures)
+            )
 
     def step(self) -> None:
         """Show progress, wait up to a second for one result or probe, and act on it."""
@@ -385,7 +467,8 @@ class Dispatcher:
         del group.restarting[index]
         try:
             info = ray.get(ref)
-            self.log(f"replica {index} is back (pid {info['pid']})")
+            group.placed(index, info)
+            self.log(f"replica {index} is back (pid {info['pid']}, node {info.get('ip', '?')})")
         except _INFRASTRUCTURE as exc:
             if group.probe_failed(index, exc):
                 self.log(
@@ -439,6 +522,7 @@ def infrastructure_failure(plan: PreparedRun, query: Query, exc: BaseException) 
         model=plan.config.model.name,
         status="failed",
         termination="infrastructure",
+        retryable=True,  # not the query's fault: `resume` runs it again
         error=(
             f"infrastructure: the query's replica failed "
             f"{plan.config.runtime.max_infrastructure_attempts} times "

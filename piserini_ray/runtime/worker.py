@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import (
@@ -29,10 +29,13 @@ from piserini_ray.config import (
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.clients import build_client
+from piserini_ray.llm.retry import RetryError
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
+from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
+from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
 
@@ -50,6 +53,8 @@ class QueryJob(BaseModel):
     offline: OfflineConfig  # names an offline model's quota key
     api_base: str | None = None
     limiter_prefix: str  # the job's limiter actors' names begin so (one per quota key)
+    #: The model's key, read on the driver: in memory only, shown masked (`SecretStr`).
+    keys: dict[str, SecretStr] = {}
 
 
 @ray.remote
@@ -59,37 +64,68 @@ class SearchWorker:
         benchmark: BenchmarkConfig,
         retrieval: RetrievalConfig,
         encoders: dict[str, str] | None = None,
+        source: IndexSource | None = None,
     ) -> None:
-        """`encoders`: node id -> name of that node's query encoder actor (dense backends)."""
+        """`encoders`: node id -> name of that node's query encoder actor (dense backends).
+        `source`: where the driver's index is (shipped here if this node lacks it); None:
+        build it here from the corpus."""
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self._encoder = RemoteQueryEncoder(encoders) if encoders else None
         self.searcher: SearchBackend = self._jvm.submit(
-            self._open, benchmark, retrieval, self._encoder
+            self._open, benchmark, retrieval, self._encoder, source
         ).result()
         self._clients: dict[str, LLMClient] = {}
 
     @staticmethod
     def _open(
-        benchmark: BenchmarkConfig, retrieval: RetrievalConfig, encoder: RemoteQueryEncoder | None
+        benchmark: BenchmarkConfig,
+        retrieval: RetrievalConfig,
+        encoder: RemoteQueryEncoder | None,
+        source: IndexSource | None,
     ) -> SearchBackend:
-        index = ensure_index(load_benchmark(benchmark).corpus, retrieval)
+        if source is not None:
+            index = local_index(source, lambda m: print(f"[piserini-ray] {m}", flush=True))
+        else:
+            index = ensure_index(load_benchmark(benchmark).corpus, retrieval)
         if encoder is None:
             return open_backend(index, retrieval)
         # A node without the dense index builds it with its own encoder actor.
         return open_backend(index, retrieval, encoder, build_with=encoder.encode_documents)
 
     def info(self) -> dict[str, Any]:
+        context = ray.get_runtime_context()
         return {
             "pid": os.getpid(),
-            "node": ray.get_runtime_context().get_node_id(),
+            "node": context.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
             "documents": self.searcher.num_docs,
+            "code": code_identity(),
         }
 
-    def _client(self, job: QueryJob) -> LLMClient:
-        parts = (job.model, job.retry, job.offline)
-        key = "|".join(
-            [*(p.model_dump_json() for p in parts), str(job.api_base), job.limiter_prefix]
+    async def check_model(self, job: QueryJob) -> str | None:
+        """The one-word check (`llm/check.py`) from this replica's node, with the key and
+        endpoint its queries will use: None when the model answers, else why not."""
+        from piserini_ray.llm.check import PROMPT, probe_model
+
+        client = build_client(
+            probe_model(job.model),
+            job.retry.model_copy(update={"max_attempts": 1}),
+            job.offline,
+            api_base=job.api_base,
+            limiters=None,
+            keys=job.keys,
         )
+        try:
+            await client.complete(PROMPT)
+        except RetryError as error:
+            return str(error)
+        return None
+
+    def _client(self, job: QueryJob) -> LLMClient:
+        settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
+        # In memory only; a rotated key gets a new client.
+        handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(job.keys.items())]
+        key = "|".join([*settings, str(job.api_base), job.limiter_prefix, *handed])
         if key not in self._clients:
             self._clients[key] = build_client(
                 job.model,
@@ -97,6 +133,7 @@ class SearchWorker:
                 job.offline,
                 api_base=job.api_base,
                 limiters=RayLimiters(job.limiter_prefix),
+                keys=job.keys,
             )
         return self._clients[key]
 

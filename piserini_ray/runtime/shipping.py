@@ -1,0 +1,151 @@
+"""Data ships to bare nodes: a replica on a node without the index gets it from the node that
+has it, through Ray, verified by the index's content key, and keeps it under that node's
+`PISERINI_RAY_HOME` for the next run.
+
+The driver's node (where `prepare` built or found the index) runs one `IndexServer` per index:
+its file list (`retrieval/index_files.py`) and its bytes, in chunks. A replica (`local_index`)
+uses, in order: the driver's own folder where this node can read it (the same node, or shared
+storage every node mounts); a copy shipped earlier whose every file still matches the list
+(one byte changed anywhere and it is fetched again); else a new copy, fetched chunk by chunk,
+checked whole, then moved into place. Queries, qrels and the corpus stay on the driver: a
+replica needs only the index.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from pydantic import BaseModel
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from piserini_ray.config import default_home
+from piserini_ray.errors import DataError
+from piserini_ray.retrieval.index import locked
+from piserini_ray.retrieval.index_files import IndexFiles, damaged_files, index_files
+
+#: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
+#: enough that a fetch holds a few dozen MB of the object store at once.
+CHUNK_BYTES = 8 << 20
+IN_FLIGHT = 4
+
+
+class IndexSource(BaseModel):
+    """Where a replica finds its index: the folder on the driver's node, its file list, and
+    the name of the actor that serves its bytes."""
+
+    path: str
+    files: IndexFiles
+    server: str
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
+class IndexServer:
+    """On the node that has the index: its bytes, one chunk per call."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def where(self) -> str:
+        return str(ray.util.get_node_ip_address())
+
+    def chunk(self, relative: str, offset: int, size: int) -> bytes:
+        path = (self.folder / relative).resolve()
+        if not path.is_relative_to(self.folder.resolve()):  # only the index's own files
+            raise DataError(relative, "not a file of the index")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(size)
+
+
+def serve_index(folder: Path) -> tuple[IndexSource, Any]:
+    """Start (or find) the server of the index at `folder` on this (the driver's) node: the
+    replicas' source, and the server's handle (hold it: the server lives while it is held)."""
+    files = index_files(folder)
+    context = ray.get_runtime_context()
+    name = f"piserini-index:{context.get_job_id()}:{files.content_key}"
+    handle = IndexServer.options(  # type: ignore[attr-defined]
+        name=name,
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
+    ).remote(str(folder))
+    return IndexSource(path=str(folder), files=files, server=name), handle
+
+
+def _same_sizes(folder: Path, files: IndexFiles) -> bool:
+    return (folder / "index.json").is_file() and all(
+        (folder / f.path).is_file() and (folder / f.path).stat().st_size == f.size
+        for f in files.files
+    )
+
+
+def local_index(source: IndexSource, log: Any = print) -> Path:
+    """The index folder this node uses for `source` (see the module's docstring)."""
+    here = Path(source.path)
+    if _same_sizes(here, source.files):
+        return here  # the driver's node, or storage every node shares
+    files = source.files
+    home = default_home() / "indexes" / "shipped" / files.content_key
+    target = home / files.name
+    home.mkdir(parents=True, exist_ok=True)
+    with locked(home / ".lock"):  # one fetch per node, however many replicas start
+        if target.exists():
+            bad = damaged_files(target, files)
+            if not bad:
+                log(f"index {files.name}: the copy shipped to this node earlier ({target})")
+                return target
+            log(
+                f"index {files.name}: the copy at {target} is damaged ({len(bad)} file(s), e.g. "
+                f"{bad[0]}); fetching it again"
+            )
+            shutil.rmtree(target)
+        _fetch(source, target, log)
+    return target
+
+
+def _fetch(source: IndexSource, target: Path, log: Any) -> None:
+    server = ray.get_actor(source.server)
+    files = source.files
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    started = time.monotonic()
+    pieces = [
+        (item.path, offset, min(CHUNK_BYTES, item.size - offset))
+        for item in files.files
+        for offset in range(0, max(item.size, 1), CHUNK_BYTES)
+    ]
+    pending: list[tuple[tuple[str, int, int], Any]] = []
+    for piece in pieces:
+        pending.append((piece, server.chunk.remote(*piece)))
+        if len(pending) >= IN_FLIGHT:
+            _write(partial, *pending.pop(0))
+    while pending:
+        _write(partial, *pending.pop(0))
+    bad = damaged_files(partial, files)
+    if bad:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise DataError(
+            str(target),
+            f"the shipped index does not match its file list ({len(bad)} file(s), e.g. {bad[0]}):"
+            " the index changed on the driver's node while it was shipped; run again",
+        )
+    partial.rename(target)
+    seconds = time.monotonic() - started
+    log(
+        f"index {files.name}: shipped from node {ray.get(server.where.remote())} to "
+        f"{target}: {files.bytes:,} bytes in {seconds:.1f} s "
+        f"({files.bytes / max(seconds, 1e-6) / 2**20:.1f} MiB/s), content key {files.content_key}"
+    )
+
+
+def _write(folder: Path, piece: tuple[str, int, int], ref: Any) -> None:
+    relative, offset, _size = piece
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = ray.get(ref)
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.seek(offset)
+        f.write(data)

@@ -1,0 +1,180 @@
+"""A real cluster (issue 25): a head from `ray start` in host 1, started without any key, and a
+bare node in host 2 (its own network, loopback, /tmp, HOME and PISERINI_RAY_HOME; none of the
+driver's environment or files; see tests/hosts.py). The driver runs `piserini-ray run` in
+host 1 with the key in its own environment only.
+
+- A hosted-model run (a key-checking loopback provider beside the driver) completes every query
+  with replicas on both hosts: the key travels from the driver in memory, the provider's
+  endpoint is reached from host 2 through that node's gateway, and the key's value is in no
+  file of the run, of either host's Ray, or of the logs.
+- The main job's own offline rehearsal completes every query on both hosts.
+- A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hosts import TwoHosts, require_two_hosts
+
+pytestmark = pytest.mark.slow
+
+KEY = f"sk-driver-only-{secrets.token_hex(12)}"
+
+#: The driver, in host 1: writes the run's config, starts the endpoint it needs (the key-checking
+#: provider of a "hosted" model), runs the CLI in-process and reports what it saw.
+DRIVER = r"""
+import hashlib, json, sys
+from pathlib import Path
+import orjson
+from piserini_ray.cli import main
+from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+
+mode, address, root, name = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+run_dir = root / f"run-{name}"
+config = root / f"{mode}.yaml"
+common = (
+    f"runtime: {{address: '{address}', replicas: 2, placement: spread, cpus_per_replica: 1}}\n"
+    "slice: {sample: 8, seed: 1}\n"
+    f"retrieval: {{index_root: '{root}/indexes'}}\n"
+)
+out = {}
+if mode.startswith("rehearsal"):
+    config.write_text(common)
+    out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
+else:
+    served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
+    with OfflineProvider(served) as provider:
+        config.write_text(
+            common
+            + f"model: {{name: gpt-5.4-mini, litellm_model: openai/gpt-5.4-mini, "
+            f"api_base: '{provider.base_url}', api_key_env: PISERINI_DRIVER_KEY}}\n"
+            + "judge: {model: {name: offline/exact-match-judge}}\n"
+        )
+        if mode == "refused":
+            provider.script(*[Scripted(kind="auth_error")] * 50)
+        out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
+        out["key_hashes"] = sorted({str(r.key_hash) for r in provider.requests})
+        out["requests"] = len(provider.requests)
+records = run_dir / "records.jsonl"
+lines = records.read_bytes().splitlines() if records.exists() else []
+rows = [orjson.loads(line) for line in lines]
+out["statuses"] = sorted(r["status"] for r in rows)
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[TwoHosts]:
+    require_two_hosts()
+    hosts = TwoHosts()  # the head has no key: `ray start` ran in a shell without one
+    try:
+        hosts.start()
+        hosts.wait_for_nodes(2)
+        yield hosts
+    finally:
+        hosts.close()
+
+
+def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
+    done = hosts.python(
+        DRIVER,
+        mode,
+        hosts.head_address,
+        str(hosts.data),
+        name or mode,
+        env={"PISERINI_DRIVER_KEY": KEY},
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, done.stdout[-3000:] + done.stderr[-6000:] + "\n" + hosts.logs_tail()
+    # Replicas' own lines (the index shipping) reach the driver's stdout through Ray.
+    return json.loads(lines[-1].removeprefix("RESULT ")), done.stderr + done.stdout
+
+
+def _files_holding(root: Path, value: str) -> list[Path]:
+    needle = value.encode()
+    found = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
+                found.append(path)
+        except OSError:  # sockets, vanished session files
+            continue
+    return found
+
+
+def test_a_hosted_model_run_gets_the_key_from_the_driver_and_crosses_nodes(
+    cluster: TwoHosts,
+) -> None:
+    import hashlib
+
+    seen, err = _drive(cluster, "hosted")
+    assert seen["status"] == 0, err[-6000:]
+    assert seen["statuses"] == ["completed"] * 8, err[-6000:]
+    assert "2 searcher replica(s) ready on 2 node(s)" in err
+    # Host 2 had no index: it was shipped from the driver's node, verified, and kept.
+    assert f"shipped from node {cluster.host1.address}" in err and " bytes in " in err
+    # Both nodes proved they can call the model before a query was spent.
+    for host in (cluster.host1, cluster.host2):
+        assert f"checked gpt-5.4-mini from node {host.address}: it answers" in err
+    # Every request, from either node, carried the driver's key (the provider keeps a hash).
+    assert seen["key_hashes"] == [hashlib.sha256(KEY.encode()).hexdigest()[:12]]
+    assert seen["requests"] >= 8
+    # The key's value is nowhere on disk: the run, both hosts' Ray folders and logs.
+    assert _files_holding(cluster.root, KEY) == []
+    assert KEY not in err
+
+
+def test_the_offline_rehearsal_runs_on_both_hosts(cluster: TwoHosts) -> None:
+    seen, err = _drive(cluster, "rehearsal")
+    assert seen["status"] == 0, err[-6000:]
+    assert seen["statuses"] == ["completed"] * 8, err[-6000:]
+    assert "2 searcher replica(s) ready on 2 node(s)" in err
+    assert "the copy shipped to this node earlier" in err  # reused, not fetched again
+
+
+#: Run inside host 2's mount namespace: change one byte of the largest file of its shipped copy.
+CORRUPT = r"""
+import os, sys
+from pathlib import Path
+files = [p for p in Path(sys.argv[1]).rglob("*") if p.is_file() and "shipped" in p.parts]
+target = max(files, key=lambda p: p.stat().st_size)
+with open(target, "r+b") as f:
+    f.seek(target.stat().st_size // 2)
+    byte = f.read(1)
+    f.seek(-1, os.SEEK_CUR)
+    f.write(bytes([byte[0] ^ 0xFF]))
+print(target)
+"""
+
+
+def test_a_corrupted_shipped_index_is_detected_and_fetched_again(cluster: TwoHosts) -> None:
+    import subprocess
+    import sys
+
+    home = cluster.piserini_home[1]
+    enter = ["nsenter", "-t", str(cluster.pids["host2"]), "-m", "--"]
+    flip = subprocess.run(
+        [*enter, sys.executable, "-c", CORRUPT, str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert flip.returncode == 0, flip.stderr
+    seen, err = _drive(cluster, "rehearsal", "after-corruption")
+    assert seen["status"] == 0 and seen["statuses"] == ["completed"] * 8, err[-6000:]
+    assert "is damaged (1 file(s)" in err and "fetching it again" in err
+    assert f"shipped from node {cluster.host1.address}" in err
+
+
+def test_an_endpoint_refusing_the_key_stops_the_run_with_exit_2_and_no_failed_record(
+    cluster: TwoHosts,
+) -> None:
+    seen, err = _drive(cluster, "refused")
+    assert seen["status"] == 2, err[-4000:]
+    assert seen["statuses"] == []  # a configuration failure is never a query failure
+    assert "fix the key, the model name or the endpoint" in err or "give the driver the key" in err
