@@ -8,7 +8,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from piserini_ray.agent.loop import run_query
@@ -382,12 +381,17 @@ def test_no_key_value_is_written_anywhere(searcher, provider, sample, tmp_path: 
         del os.environ["PISERINI_TEST_KEY"]
 
 
-def test_missing_key_variable_is_a_clear_failure(searcher, provider, sample) -> None:
+def test_missing_key_variable_stops_the_run_instead_of_failing_the_query(
+    searcher, provider, sample
+) -> None:
+    """A configuration failure is never a query failure (issue 25): the loop raises the run's
+    refusal, so no `failed` record is written that a resume would then skip for good."""
+    from piserini_ray.errors import ProviderRefused
+
     os.environ.pop("PISERINI_UNSET_KEY", None)
-    record, _ = _run(searcher, provider, sample, "test/scripted", api_key_env="PISERINI_UNSET_KEY")
-    assert record.status == "failed"
-    assert "environment variable PISERINI_UNSET_KEY (model.api_key_env) is not set" in (
-        record.error or ""
+    with pytest.raises(ProviderRefused) as refused:
+        _run(searcher, provider, sample, "test/scripted", api_key_env="PISERINI_UNSET_KEY")
+    assert "environment variable PISERINI_UNSET_KEY (model.api_key_env) is not set" in str(
+        refused.value
     )
     assert provider.requests == []
-    assert orjson.loads(record.model_dump_json())["query_id"] == QUESTION_ID
