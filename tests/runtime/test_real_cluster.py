@@ -178,3 +178,43 @@ def test_an_endpoint_refusing_the_key_stops_the_run_with_exit_2_and_no_failed_re
     assert seen["status"] == 2, err[-4000:]
     assert seen["statuses"] == []  # a configuration failure is never a query failure
     assert "fix the key, the model name or the endpoint" in err or "give the driver the key" in err
+
+
+#: A client that tries to join the cluster and reports how that went.
+JOIN = r"""
+import sys
+import ray
+try:
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    print("JOINED", ray.cluster_resources().get("CPU"))
+except Exception as error:
+    print("REFUSED", type(error).__name__, str(error)[:300])
+"""
+
+
+def test_a_cluster_with_token_auth_refuses_a_client_without_the_token() -> None:
+    """No one else on the cluster: with `RAY_AUTH_MODE=token` (as `cluster.yaml` and the
+    KubeRay manifests start Ray), a client without the token cannot join, and a run with it
+    completes."""
+    require_two_hosts()
+    token = secrets.token_hex(32)
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    with TwoHosts(head_env=auth, host2_env=auth) as hosts:  # (entering starts them)
+        hosts.wait_for_nodes(2)
+        strangers = [
+            {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)},  # a wrong one
+            {"RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN": ""},  # none at all
+        ]
+        for stranger in strangers:
+            tried = hosts.python(JOIN, hosts.head_address, env=stranger, timeout=180)
+            assert "JOINED" not in tried.stdout, tried.stdout + tried.stderr[-2000:]
+        done = hosts.python(
+            DRIVER,
+            "rehearsal",
+            hosts.head_address,
+            str(hosts.data),
+            "with-token",
+            env=auth | {"PISERINI_DRIVER_KEY": KEY},
+        )
+        assert '"status": 0' in done.stdout, done.stderr[-4000:]
+        assert token not in hosts.logs_tail(200)
