@@ -6,9 +6,9 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from piserini_ray.config import BACKENDS, RunConfig, load_config
 from piserini_ray.data import Benchmark, load_benchmark, load_corpus
@@ -524,6 +524,9 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="queries at once (local engine)")
 
 
+_Add = Callable[[str, str], argparse.ArgumentParser]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="piserini-ray", description="Distributed batch evaluation of agentic search."
@@ -531,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
+        """A command that reads a run config (and takes the retrieval overrides)."""
         p = sub.add_parser(name, help=help_, description=help_)
         p.add_argument("--config", type=Path, help="YAML config (default: the embedded sample)")
         p.add_argument("--index-root", type=Path, help="where indexes live (overrides config)")
@@ -542,6 +546,19 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return p
 
+    for commands in (
+        _tool_commands,
+        _run_commands,
+        _analysis_commands,
+        _retrieval_commands,
+        _live_commands,
+    ):
+        commands(sub, add)
+    return parser
+
+
+def _tool_commands(sub: Any, add: _Add) -> None:
+    """The index and the tools, once, from the command line."""
     p = add("index", "Build (or find) the benchmark's Lucene index (and dense, --backend).")
     p.set_defaults(func=cmd_index)
     p = add("search", "Run the search tool once and print what the agent would see.")
@@ -556,6 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int)
     p.add_argument("--spill-dir", type=Path)
     p.set_defaults(func=cmd_read)
+
+
+def _run_commands(sub: Any, add: _Add) -> None:
+    """Running, estimating, resuming and sweeping runs."""
     p = add("run", "The main job: the agent over the configured slice (default: the sample).")
     p.add_argument(
         "--run-dir",
@@ -595,6 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runs-root", type=Path, help="default: runtime.runs_root")
     p.set_defaults(func=cmd_sweep)
+
+
+def _analysis_commands(sub: Any, add: _Add) -> None:
+    """Judging, reporting, comparing and exporting finished runs."""
     p = sub.add_parser("judge", help="Judge runs' answers (resumable), then report them.")
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument(
@@ -629,6 +654,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("browsecomp-plus", "pi-serini", "trec"), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_export)
+
+
+def _retrieval_commands(sub: Any, add: _Add) -> None:
+    """Retrieval without the agent: the BM25 grid, backends, evidence ranks."""
     p = sub.add_parser("tune-bm25", help="Grid-search BM25 (k1, b) on Ray; table, heatmap, best.")
     p.add_argument("config_file", nargs="?", type=Path, help="run config (default: the sample)")
     p.add_argument("--config", type=Path, help="same as the positional CONFIG")
@@ -649,6 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evidence-ranks", help="Where a run's evidence sat in its rankings.")
     p.add_argument("run_dir", type=Path)
     p.set_defaults(func=cmd_evidence_ranks)
+
+
+def _live_commands(sub: Any, add: _Add) -> None:
+    """One query live, and the offline provider on its own."""
     p = add("ask", "Run one query in this process and print its trajectory as it happens.")
     p.add_argument("question", nargs="?", help="a question (or use --query-id)")
     p.add_argument("--query-id", help="a query of the benchmark")
@@ -660,7 +693,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("offline-provider", "Serve the offline models on 127.0.0.1 (OpenAI-compatible).")
     p.add_argument("--port", type=int, help="default: from config (0 = any free port)")
     p.set_defaults(func=cmd_offline_provider)
-    return parser
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
