@@ -228,6 +228,7 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     assert f"| {runs['offline/long-horizon']} | 30 |" in (combined / "report.md").read_text()
 
 
+@pytest.mark.slow  # the dense sample index
 def test_retrieval_eval_prints_every_backend_side_by_side(
     capsys, sample, searcher, dense_sample: Path, index_root: Path, tmp_path: Path
 ) -> None:

@@ -15,6 +15,8 @@ from piserini_ray.retrieval.dense_index import DenseIndex, build_dense_index, fi
 from piserini_ray.retrieval.encoder import EncoderError, TextEncoder, resolve_encoder_dir
 from piserini_ray.tools import ToolSession
 
+pytestmark = pytest.mark.slow  # dense index builds of the sample (45-50 s each)
+
 QUERIES = 6
 
 

@@ -13,6 +13,8 @@ import pytest
 from piserini_ray.config import DenseConfig, load_config
 from piserini_ray.retrieval.encoder import TextEncoder
 
+pytestmark = pytest.mark.slow  # two-node dense runs: the dense sample index and encoder actors
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

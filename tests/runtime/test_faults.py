@@ -23,6 +23,8 @@ import pytest
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.pipeline import run_on_ray
 
+pytestmark = pytest.mark.slow  # Ray instances of their own, killed mid-run
+
 
 def _records(run_dir: Path) -> list[dict]:
     path = run_dir / "records.jsonl"

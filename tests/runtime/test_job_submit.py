@@ -26,6 +26,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+pytestmark = pytest.mark.slow  # a Ray job submitted, stopped and resubmitted: a minute and a half
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 QUERIES = 20

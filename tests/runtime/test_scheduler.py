@@ -300,6 +300,7 @@ def test_verdicts_are_written_as_each_arrives_on_ray(sample, tmp_path) -> None:
         assert len(store.judgements(config.judge_model().name)) == 6
 
 
+@pytest.mark.slow  # the dense sample index
 def test_the_backends_sweep_compares_them_at_matched_depth(
     sample_index, dense_sample, index_root, tmp_path, capsys
 ) -> None:
