@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 from conftest import GOLDEN
 
 
