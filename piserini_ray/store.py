@@ -304,9 +304,14 @@ class RunStore:
         return bool(changed)
 
     def _write_manifest(self, manifest: RunManifest) -> RunManifest:
+        from piserini_ray.llm.secrets import scrub
+
         path = self.run_dir / "manifest.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        # Configs refuse key-shaped values; any secret of this environment is scrubbed all the
+        # same, with the rule that scrubs errors (`llm/secrets.py`).
+        text = orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+        tmp.write_bytes(scrub(text.decode()).encode())
         os.replace(tmp, path)
         return manifest
 

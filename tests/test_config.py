@@ -342,3 +342,36 @@ def test_the_offline_settings_name_only_runs_that_the_offline_provider_serves() 
         == load_config(None, hosted).config_hash()
     )
     assert load_config(None, {"offline.seed": 7}).config_hash() != load_config(None).config_hash()
+
+
+@pytest.mark.parametrize(
+    ("model", "where"),
+    [
+        ("{name: gpt-5, extra: {api_key: abcdef123456}}", "model.extra.api_key"),
+        ("{name: gpt-5, extra: {headers: {X-Auth: sk-proj-0123456789abcdefghij}}}", "X-Auth"),
+        ("{name: gpt-5, api_base: 'https://proxy.example/v1?key=abcdef123456'}", "'key'"),
+        ("{name: gpt-5, api_base: 'https://user:hunter2pass@proxy.example/v1'}", "user info"),
+    ],
+)
+def test_a_key_in_a_model_block_exits_2_before_anything_runs(
+    tmp_path: Path, capsys, model: str, where: str
+) -> None:
+    from piserini_ray.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"model: {model}\nruntime: {{runs_root: '{tmp_path / 'runs'}'}}\n")
+    assert main(["run", "--engine", "local", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert where in err and "model.api_key_env" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_manifest_keeps_no_secret_of_the_environment(tmp_path: Path, monkeypatch) -> None:
+    from piserini_ray.store import RunStore
+
+    secret = "s3cr3t-value-0123456789"
+    monkeypatch.setenv("PISERINI_TEST_TOKEN", secret)
+    config = load_config(None, {"model.name": "offline/heuristic", "model.extra": {"x": secret}})
+    with RunStore(tmp_path / "run", config):
+        pass
+    assert secret not in (tmp_path / "run" / "manifest.json").read_text()

@@ -404,7 +404,65 @@ class ModelConfig(StrictModel):
                 "model.api_key_env must be the NAME of an environment variable (e.g. "
                 "OPENAI_API_KEY), not a key value; keys are never written into configs"
             )
+        for where, name, value in _free_form(self):
+            if problem := key_shaped(name, value):
+                raise ValueError(
+                    f"{where} {problem}: keys are never written into configs (the run's "
+                    "manifest would keep it). Export it in an environment variable and name "
+                    "that variable in model.api_key_env"
+                )
         return self
+
+
+#: Names of settings that carry a secret, wherever they sit in a free-form block.
+_SECRET_NAME = re.compile(
+    r"(api_?key|^key$|_key$|token|secret|password|authorization|credential)", re.I
+)
+#: Values shaped like a provider's key: OpenAI/Anthropic/DeepSeek `sk-...`, Google `AIza...`,
+#: OpenRouter `sk-or-...`, GitHub/HF tokens, a bearer header.
+_KEY_VALUE = re.compile(
+    r"(\bsk-[A-Za-z0-9_-]{16,}|\bAIza[0-9A-Za-z_-]{30,}|\bgh[pousr]_[A-Za-z0-9]{30,}"
+    r"|\bhf_[A-Za-z0-9]{30,}|\bBearer\s+\S{12,})"
+)
+
+
+def key_shaped(name: str, value: Any) -> str | None:
+    """Why a free-form setting called `name` with `value` looks like it holds a key, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    if _KEY_VALUE.search(value):
+        return "holds a value shaped like an API key"
+    if _SECRET_NAME.search(name):
+        return f"sets {name!r}, which names a secret"
+    return None
+
+
+def _free_form(model: ModelConfig) -> list[tuple[str, str, Any]]:
+    """Every free-form value of a model block as (where, its own name, value): `extra`
+    (nested), and `api_base` with its query parameters and user info."""
+    found: list[tuple[str, str, Any]] = []
+
+    def walk(path: str, name: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{path}.{key}", str(key), item)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(f"{path}[{i}]", name, item)
+        else:
+            found.append((path, name, value))
+
+    walk("model.extra", "extra", model.extra)
+    if model.api_base:
+        from urllib.parse import parse_qsl, urlsplit
+
+        parts = urlsplit(model.api_base)
+        if parts.password:
+            found.append(("model.api_base's user info", "password", parts.password))
+        query = parse_qsl(parts.query)
+        found += [(f"model.api_base's query parameter {k!r}", k, v) for k, v in query]
+        found.append(("model.api_base", "api_base", model.api_base))
+    return found
 
 
 class RetryConfig(StrictModel):
