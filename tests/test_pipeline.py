@@ -157,3 +157,48 @@ def test_run_directories_live_under_the_runs_root_wherever_the_command_runs(
     moved = load_config(None, {"runtime.runs_root": str(tmp_path / "results")})
     assert default_run_dir(moved).parent == tmp_path / "results"
     assert moved.config_hash() == config.config_hash()  # where results go is not identity
+
+
+def test_failures_not_the_querys_fault_run_again_and_retry_failed_runs_every_failure(
+    tmp_path: Path,
+) -> None:
+    """A failed record marked `retryable` (a lost replica or node) is taken out and run again by
+    the next `prepare`; an ordinary failure stays the query's result unless `retry_failed`. What
+    was taken out moves to records.retried.jsonl, and no query is ever recorded twice."""
+    from piserini_ray.records import QueryRecord, now_iso
+
+    config_path = _benchmark(tmp_path, "q1 Q0 d1 1\nq2 Q0 d3 1\n")
+    run_dir = tmp_path / "run"
+    with RunStore(run_dir, load_config(config_path)) as store:
+        for query_id, status, retryable in (("q1", "failed", True), ("q2", "failed", False)):
+            store.append(
+                QueryRecord(
+                    run_id=store.run_id,
+                    config_hash=store.config_hash,
+                    query_id=query_id,
+                    model="m",
+                    status=status,
+                    retryable=retryable,
+                    started_at=now_iso(),
+                    finished_at=now_iso(),
+                )
+            )
+    messages: list[str] = []
+    (run,) = _prepare(config_path, run_dir, messages.append)
+    assert [q.query_id for q in run.todo] == ["q1"]  # q2's failure is its own result
+    assert any("1 failed query not the query's fault run again" in m for m in messages)
+    with contextlib.ExitStack() as stack:
+        (again,) = prepare([(load_config(config_path), run_dir)], print, stack, retry_failed=True)
+    assert sorted(q.query_id for q in again.todo) == ["q1", "q2"]
+    retried = (run_dir / "records.retried.jsonl").read_text().splitlines()
+    assert len(retried) == 2 and (run_dir / "records.jsonl").read_text() == ""
+
+
+def test_a_node_running_other_code_is_named_before_any_query() -> None:
+    from piserini_ray.runtime.identity import code_identity
+    from piserini_ray.runtime.scheduler import SchedulerError, check_same_code
+
+    ours = code_identity()
+    check_same_code([{"ip": "10.0.0.1", "code": ours}, {"ip": "10.0.0.2", "code": ours}])
+    with pytest.raises(SchedulerError, match=r"10\.0\.0\.2 runs 0\.0\.9\+abc"):
+        check_same_code([{"ip": "10.0.0.1", "code": ours}, {"ip": "10.0.0.2", "code": "0.0.9+abc"}])
