@@ -192,6 +192,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_power(args: argparse.Namespace) -> int:
+    """Size a run from one pilot: the queries each assumed effect needs (exact McNemar)."""
+    from piserini_ray.pipeline import run_facts
+    from piserini_ray.report.paired import EFFECTS, pilot_power, power_markdown
+
+    effects = args.effect or list(EFFECTS)
+    if any(not 0 < e <= 1 for e in effects) or not (
+        args.discordance is None or 0 < args.discordance <= 1
+    ):
+        raise ConfigError("--effect and --discordance are fractions in (0, 1]: 0.02 = 2 points")
+    print(power_markdown(pilot_power(run_facts(args.run_dir, _log), effects, args.discordance)))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Report runs side by side from what is judged already (no model is called)."""
     from piserini_ray.pipeline import report_runs
@@ -645,6 +659,21 @@ def _analysis_commands(sub: Any, add: _Add) -> None:
     p.add_argument("--out", type=Path, help="also write compare.md and compare.json here")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("power", help="Size a run from a pilot run and an assumed effect.")
+    p.add_argument("run_dir", type=Path, help="the pilot run")
+    p.add_argument(
+        "--effect",
+        type=float,
+        action="append",
+        metavar="DELTA",
+        help="accuracy difference to detect, a fraction (repeatable; default 0.01 0.02 0.05)",
+    )
+    p.add_argument(
+        "--discordance",
+        type=float,
+        help="share of queries two runs disagree on (default: 2p(1-p) at the pilot's accuracy)",
+    )
+    p.set_defaults(func=cmd_power)
     p = sub.add_parser("report", help="Report runs side by side from their judgements.")
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, help="folder for the combined report (md, html, plots)")

@@ -10,6 +10,11 @@ import orjson
 import pytest
 from conftest import GOLDEN
 
+# Imported at collection, while sys.stderr is pytest's session stream: Progress binds its
+# default stream at import, and a test's capsys stream is closed after that test, so a
+# session fixture (finished_run) built later under another test would write to a closed file.
+import piserini_ray.progress  # noqa: F401
+
 
 def _cli(
     *args: str, home: Path, env: dict[str, str] | None = None
@@ -218,6 +223,9 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
     )
     (comparison,) = orjson.loads((out_dir / "compare.json").read_bytes())
     assert comparison["queries"] == 30
+    # ... with the power of the comparison at the observed discordance (metrics.power).
+    assert f"{runs['offline/long-horizon']}: power (exact McNemar, two-sided, α = 0.05" in printed
+    assert comparison["power"]["queries"] == 30 and len(comparison["power"]["needed"]) == 3
     assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 30
     assert main(["compare", str(first)]) == 2  # one run is nothing to compare
     # A sweep's combined report holds the same comparison against its reference run.
@@ -251,3 +259,29 @@ def test_retrieval_eval_prints_every_backend_side_by_side(
     assert ndcg[1:] == [f"{100 * scores[b]['ndcg@10']:.2f}%" for b in scores]
     trec = (out / "run.dense.trec").read_text().splitlines()
     assert len(trec) == 1000 * len(sample.queries) and trec[0].endswith(" dense")
+
+
+def test_power_sizes_a_run_from_a_pilot(capsys, finished_run: tuple[Path, object]) -> None:
+    """`power RUN --effect ...`: the pilot's accuracy under its judge, the discordance assumed
+    2p(1-p) (stated), and the queries each effect needs, as metrics.power computes them."""
+    from piserini_ray.cli import main
+    from piserini_ray.metrics.power import queries_needed
+    from piserini_ray.pipeline import run_facts
+
+    run_dir, _ = finished_run
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    capsys.readouterr()
+    assert main(["power", str(run_dir), "--effect", "0.02", "--effect", "0.05"]) == 0
+    printed = capsys.readouterr().out
+    assert "## Power from a pilot run" in printed and f"Pilot: {run_dir}" in printed
+    assert f"{summary['queries']} queries" in printed and "Discordance assumed 2p(1-p)" in printed
+    facts = run_facts(run_dir, lambda _m: None).facts
+    p = sum(f.verdict == "judged" and bool(f.correct) for f in facts) / len(facts)
+    assert f"pilot's accuracy p = {p:.3f}" in printed
+    for effect, row in ((0.02, "| 2 | "), (0.05, "| 5 | ")):
+        psi = 2 * p * (1 - p)
+        needed = queries_needed(effect, psi) if effect <= psi else None
+        assert f"{row}{'out of reach' if needed is None else f'{needed:,}'} |" in printed
+    assert main(["power", str(run_dir), "--effect", "0.05", "--discordance", "0.2"]) == 0
+    assert f"| 5 | {queries_needed(0.05, 0.2):,} |" in capsys.readouterr().out
+    assert main(["power", str(run_dir), "--effect", "5"]) == 2  # points, not a fraction

@@ -1,6 +1,8 @@
 """Paired comparisons of runs over the queries they share: does run B beat run A on the same
 questions? Accuracy, surfaced evidence recall and cost differences with paired bootstrap
-intervals, the exact McNemar test, win / loss / tie counts and the queries that flipped."""
+intervals, the exact McNemar test, win / loss / tie counts, the queries that flipped, and the
+power of the comparison (the smallest difference this many queries detect, and the queries a
+difference needs); and the same power figures from one pilot run (`pilot_power`)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from pydantic import BaseModel
 from piserini_ray.metrics.cost import Price
 from piserini_ray.metrics.intervals import paired_interval
 from piserini_ray.metrics.paired import McNemar, mcnemar_exact
+from piserini_ray.metrics.power import PowerFigures, independent_discordance, power_figures
 from piserini_ray.report._format import percent
 from piserini_ray.report.facts import QueryFacts
+
+#: The accuracy differences (fractions) whose queries-needed `compare` and `power` print.
+EFFECTS = (0.01, 0.02, 0.05)
 
 
 class RunFacts(BaseModel):
@@ -66,6 +72,10 @@ class PairedComparison(BaseModel):
     #: rescue what the shorter one cut?
     cut_short: int = 0
     cut_short_gained: int = 0
+    #: The power of this comparison at its observed discordance (exact McNemar, alpha 0.05,
+    #: 80 %): the smallest detectable difference of this many queries, and the queries
+    #: needed to detect EFFECTS.
+    power: PowerFigures | None = None
 
 
 def _correct(f: QueryFacts) -> bool:
@@ -114,6 +124,7 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
     wins = sum(1 for a, b in zip(ref_right, other_right, strict=True) if b and not a)
     cut = [(a, b) for a, b in pairs if a.status == "timeout" or a.steered]
     losses = sum(1 for a, b in zip(ref_right, other_right, strict=True) if a and not b)
+    observed = (wins + losses) / len(pairs) if pairs else None
     return PairedComparison(
         reference=reference.run_dir,
         other=other.run_dir,
@@ -135,6 +146,7 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
         ],
         cut_short=len(cut),
         cut_short_gained=sum(1 for a, b in cut if _correct(b) and not _correct(a)),
+        power=power_figures(len(pairs), observed, EFFECTS),
     )
 
 
@@ -192,4 +204,100 @@ def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
                 else ""
             )
         )
+    for c in comparisons:
+        if c.power is not None:
+            lines.append("")
+            lines.append(f"{c.other}: {_power_sentence(c.power, 'observed')}")
+    return "\n".join(lines) + "\n"
+
+
+def _count(n: int | None) -> str:
+    return "out of reach" if n is None else f"{n:,}"
+
+
+def _power_sentence(p: PowerFigures, how: str) -> str:
+    """One line: the MDE of p.queries and the queries each effect needs."""
+    head = f"power (exact McNemar, two-sided, α = {p.alpha:g}, {100 * p.power:.0f} % power): "
+    if p.discordance is None or p.discordance == 0.0:
+        return head + "the runs never disagree, so the discordance and the power are unknown"
+    mde = p.minimum_detectable
+    effects = " / ".join(f"{100 * e:g}" for e, _ in p.needed)
+    counts = " / ".join(_count(n) for _, n in p.needed)
+    return head + (
+        f"at the {how} discordance {p.discordance:.3f}, {p.queries} queries detect a "
+        + (
+            f"difference of {100 * mde:.1f} points or more"
+            if mde is not None
+            else "no difference (out of reach at this size)"
+        )
+        + f"; to detect {effects} points: {counts} queries"
+    )
+
+
+class PilotPower(BaseModel):
+    """Sizing a run from one pilot: its accuracy, the discordance assumed, and the figures."""
+
+    run_dir: str
+    judge: str
+    queries: int
+    accuracy: float | None
+    #: How the discordance was obtained, in words (the assumption is stated in the output).
+    assumption: str
+    figures: PowerFigures
+
+
+def pilot_power(
+    run: RunFacts, effects: Sequence[float], discordance: float | None = None
+) -> PilotPower:
+    """The power figures of one pilot run: without `discordance`, two runs each right at the
+    pilot's accuracy p, independently, disagree with probability 2 p (1 - p)."""
+    n = len(run.facts)
+    accuracy = sum(1 for f in run.facts if _correct(f)) / n if n else None
+    if discordance is not None:
+        psi: float | None = discordance
+        assumption = f"discordance {discordance:.3f}, as given (--discordance)"
+    elif accuracy is not None:
+        psi = independent_discordance(accuracy)
+        assumption = (
+            f"discordance assumed 2p(1-p) = {psi:.3f} at the pilot's accuracy p = "
+            f"{accuracy:.3f}: two runs each right at p independently of each other (similar "
+            "agents agree more often on the same queries, so this overstates the queries "
+            "needed; pass --discordance from a paired pilot to sharpen it)"
+        )
+    else:
+        psi, assumption = None, "no queries: the discordance is unknown"
+    return PilotPower(
+        run_dir=run.run_dir,
+        judge=run.judge,
+        queries=n,
+        accuracy=accuracy,
+        assumption=assumption,
+        figures=power_figures(n, psi, effects),
+    )
+
+
+def power_markdown(p: PilotPower) -> str:
+    """The pilot's accuracy, the assumption, and a table of effect -> queries needed."""
+    f = p.figures
+    mde = f.minimum_detectable
+    lines = [
+        "## Power from a pilot run",
+        "",
+        f"Pilot: {p.run_dir} (judge {p.judge}): {p.queries} queries, accuracy "
+        f"{percent(p.accuracy)}{'' if p.accuracy is None else ' %'} (unjudged counted wrong).",
+        "",
+        f"{p.assumption[0].upper()}{p.assumption[1:]}.",
+        "",
+        f"Exact McNemar test, two-sided, α = {f.alpha:g}, {100 * f.power:.0f} % power; an "
+        "effect above the discordance is out of reach (one run would have to win every "
+        "disagreement).",
+        "",
+        "| difference to detect (points) | queries needed |",
+        "|---:|---:|",
+        *(f"| {100 * e:g} | {_count(n)} |" for e, n in f.needed),
+        "",
+        f"Smallest difference the pilot's {p.queries} queries detect: "
+        + (f"{100 * mde:.1f} points" if mde is not None else "out of reach at this size")
+        + ".",
+    ]
     return "\n".join(lines) + "\n"

@@ -111,3 +111,42 @@ def test_judge_agreement_on_crafted_verdicts() -> None:
     text = agreement_markdown([pair])
     assert "| strict vs lenient | 50 | 70.0 | 0.400 [" in text
     assert "| q20 | question 20? | answer q20 | gold 20 | right | wrong |" in text
+
+
+def test_compare_prints_the_power_of_the_comparison() -> None:
+    """The MDE and queries-needed lines come from the observed discordance (7 of 12 pairs
+    disagree in the crafted runs) through metrics.power."""
+    from piserini_ray.metrics.power import minimum_detectable_difference, queries_needed
+
+    right_a = [True] * 4 + [True] * 2 + [False] * 5 + [False]
+    right_b = [True] * 4 + [False] * 2 + [True] * 5 + [False]
+    c = compare_runs(
+        _run("A", [_facts(f"q{i}", r) for i, r in enumerate(right_a)]),
+        _run("B", [_facts(f"q{i}", r) for i, r in enumerate(right_b)]),
+    )
+    assert c.power is not None and c.power.discordance == pytest.approx(7 / 12)
+    assert c.power.minimum_detectable == minimum_detectable_difference(12, 7 / 12)
+    needed = dict(c.power.needed)
+    assert needed[0.02] == queries_needed(0.02, 7 / 12)
+    table = paired_markdown([c])
+    line = next(t for t in table.splitlines() if t.startswith("B: power"))
+    assert "α = 0.05, 80 % power" in line and "observed discordance 0.583" in line
+    assert "12 queries detect" in line and "to detect 1 / 2 / 5 points: " in line
+    assert f"{needed[0.01]:,} / {needed[0.02]:,} / {needed[0.05]:,} queries" in line
+
+
+def test_pilot_power_assumes_independent_runs_unless_told() -> None:
+    from piserini_ray.metrics.power import queries_needed
+    from piserini_ray.report.paired import pilot_power, power_markdown
+
+    facts = [_facts(f"q{i}", i % 4 != 0) for i in range(40)] + [_facts("q40", None)]
+    pilot = pilot_power(_run("P", facts), [0.02, 0.05])
+    p = 30 / 41
+    assert pilot.accuracy == pytest.approx(p) and pilot.queries == 41
+    assert pilot.figures.discordance == pytest.approx(2 * p * (1 - p))
+    assert dict(pilot.figures.needed)[0.05] == queries_needed(0.05, 2 * p * (1 - p))
+    text = power_markdown(pilot)
+    assert "2p(1-p) = 0.393" in text and "| 5 | " in text and "| 2 | " in text
+    given = pilot_power(_run("P", facts), [0.05], discordance=0.1)
+    assert dict(given.figures.needed)[0.05] == queries_needed(0.05, 0.1)
+    assert "as given (--discordance)" in power_markdown(given)
