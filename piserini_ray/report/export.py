@@ -134,19 +134,25 @@ def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
     }
 
 
-def _write_qrels(qrels: Qrels, path: Path) -> Path:
+def _write_qrels(qrels: Qrels, path: Path) -> str:
+    """The qrels file, and its name as the manifest gives it (relative to the folder)."""
     lines = [f"{q} 0 {d} {rel}" for q, docs in sorted(qrels.items()) for d, rel in docs.items()]
     path.write_text("\n".join(lines) + ("\n" if lines else ""))
-    return path.absolute()
+    return path.name
 
 
 def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path) -> list[Path]:
     """A run folder Pi-Serini's readers take as it is: one `<n>.json` per query (their
     `summarize_run` reads only all-digit names: an all-digit query id is its own name, else
     the query's place in the run, listed in `files.tsv`), and `benchmark_manifest_snapshot.json`
-    naming the qrels, gold answers and questions written beside them, by absolute path (their
-    tools resolve paths against their own checkout). No other `.json` file: their evaluator
-    reads every one."""
+    naming the qrels, gold answers and questions written beside them by their bare file names,
+    so the folder travels: Pi-Serini resolves a manifest path with Node's `path.resolve`, that
+    is against the process's working directory (`summarize_run.ts` reads `qrels_path` at line
+    121 and opens `resolve(qrelsPath)` at line 218; `evaluate_run_with_pi.ts` alike), so run
+    their readers from inside the folder (`cd DIR && <pi-serini>/node_modules/.bin/tsx
+    <pi-serini>/src/evaluation/summarize_run.ts --runDir .`), wherever it was copied; an
+    absolute path would break as soon as the folder moves. No other `.json` file: their
+    evaluator reads every one."""
     out.mkdir(parents=True, exist_ok=True)
     questions = {q.query_id: q for q in benchmark.queries}
     numeric = all(r.query_id.isdigit() for r in records)
@@ -181,10 +187,11 @@ def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path
         if benchmark.name.startswith("browsecomp-plus")
         else "benchmark-template",
         "benchmark_display_name": benchmark.name,
-        "query_path": str((out / "queries.tsv").absolute()),
-        "qrels_path": str(_write_qrels(of_run(benchmark.evidence), out / "qrel_evidence.txt")),
-        "secondary_qrels_path": str(_write_qrels(of_run(benchmark.gold), out / "qrel_gold.txt")),
-        "ground_truth_path": str(truth.absolute()),
+        # Names relative to the folder, never absolute: the export is relocatable.
+        "query_path": "queries.tsv",
+        "qrels_path": _write_qrels(of_run(benchmark.evidence), out / "qrel_evidence.txt"),
+        "secondary_qrels_path": _write_qrels(of_run(benchmark.gold), out / "qrel_gold.txt"),
+        "ground_truth_path": truth.name,
     }
     (out / "benchmark_manifest_snapshot.json").write_bytes(
         orjson.dumps(manifest, option=orjson.OPT_INDENT_2)

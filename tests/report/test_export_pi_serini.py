@@ -3,7 +3,9 @@
 selection, the fields they access, their fallbacks and their confidence parser. Their figures
 must equal our report's."""
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import orjson
@@ -74,11 +76,14 @@ def test_the_pi_serini_export_reads_as_their_readers_read_it(
     manifest = orjson.loads((out / "benchmark_manifest_snapshot.json").read_bytes())
     assert manifest["benchmark_id"] in {"browsecomp-plus", "benchmark-template"}  # known ids
     for key in ("qrels_path", "secondary_qrels_path", "ground_truth_path", "query_path"):
-        assert Path(manifest[key]).is_absolute() and Path(manifest[key]).is_file()
-    evidence = _qrels(Path(manifest["qrels_path"]))
+        # Relative to the folder, so the export travels (test_a_moved_export_reads_the_same).
+        assert not Path(manifest[key]).is_absolute() and (out / manifest[key]).is_file()
+    evidence = _qrels(out / manifest["qrels_path"])
     truth = {
         str(row["query_id"]): row
-        for row in map(orjson.loads, Path(manifest["ground_truth_path"]).read_bytes().splitlines())
+        for row in map(
+            orjson.loads, (out / manifest["ground_truth_path"]).read_bytes().splitlines()
+        )
     }
 
     records = {
@@ -124,3 +129,87 @@ def test_the_pi_serini_export_reads_as_their_readers_read_it(
         assert sum(recalls[tier]) / len(recalls[tier]) == pytest.approx(
             ours[theirs]["evidence"]["macro"]["value"]
         )
+
+
+def _node_resolve(cwd: Path, path: str) -> Path:
+    """Node's `path.resolve(path)`: `path` itself when absolute, else joined to the process's
+    working directory, normalized."""
+    return Path(os.path.normpath(os.path.join(cwd, path)))
+
+
+def summarize_as_pi_serini(run_dir: Path, cwd: Path) -> dict[str, object]:
+    """Pi-Serini's `summarize_run` (v0.3.0) figures, resolving paths their way:
+    `src/benchmarks/run_manifest.ts:16-18` finds `benchmark_manifest_snapshot.json` in the run
+    root (the run dir, or its parent when it is `merged/`); `src/evaluation/summarize_run.ts:121`
+    and `:123` take `qrels_path` / `secondary_qrels_path` from it; `:218` reads
+    `readQrels(resolve(qrelsPath))`, Node's `resolve` against the process's working directory
+    `cwd`, not against the run folder. Macro recall divides by every run file (`:241`)."""
+    root = run_dir.parent if run_dir.name == "merged" else run_dir
+    manifest = orjson.loads((root / "benchmark_manifest_snapshot.json").read_bytes())
+    files = sorted(
+        (p.name for p in run_dir.glob("*.json") if RUN_FILE.match(p.name)),
+        key=lambda n: int(n[:-5]),
+    )
+    runs = [orjson.loads((run_dir / name).read_bytes()) for name in files]
+    figures: dict[str, object] = {
+        "processed": len(runs),
+        "status": sorted(r["status"] for r in runs),
+    }
+    for key in ("qrels_path", "secondary_qrels_path"):
+        qrels = _qrels(_node_resolve(cwd, manifest[key]))  # ENOENT if it does not resolve
+        for tier, docids in (
+            ("surfaced", lambda r: _docids(r.get("surfaced_docids") or r.get("retrieved_docids"))),
+            ("previewed", lambda r: _docids(r.get("previewed_docids"))),
+            (
+                "agent",
+                lambda r: (
+                    _docids(r.get("agent_docids"))
+                    or list(dict.fromkeys(_opened(r) + _docids(r.get("cited_docids"))))
+                ),
+            ),
+        ):
+            hits, gold, macro = 0, 0, 0.0
+            for run in runs:
+                wanted = qrels.get(str(run["query_id"]), set())
+                found = len(wanted & set(docids(run)))
+                hits, gold = hits + found, gold + len(wanted)
+                macro += found / len(wanted) if wanted else 0.0
+            figures[f"{key}/{tier}"] = (hits, gold, macro / len(runs) if runs else 0.0)
+    return figures
+
+
+def test_a_moved_export_reads_the_same(
+    finished_run: tuple[Path, RunConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export, read it as Pi-Serini does from inside the folder, MOVE the folder elsewhere
+    under another name, and read it again from inside: the same figures; nothing in any export
+    (Pi-Serini, BrowseComp-Plus, TREC) names a path of the machine that wrote it."""
+    run_dir, _ = finished_run
+    out = tmp_path / "written" / "pi"
+    assert main(["export", str(run_dir), "--format", "pi-serini", "--out", str(out)]) == 0
+    monkeypatch.chdir(out)
+    before = summarize_as_pi_serini(out, cwd=out)
+    assert before["processed"] == 12 and before["qrels_path/surfaced"][1] > 0  # type: ignore[index]
+
+    moved = tmp_path / "elsewhere" / "travelled"
+    moved.parent.mkdir()
+    shutil.move(out, moved)
+    assert not out.exists()
+    monkeypatch.chdir(moved)
+    assert summarize_as_pi_serini(moved, cwd=moved) == before
+    # Their rule is the working directory's: from elsewhere, the names do not resolve.
+    with pytest.raises(FileNotFoundError):
+        summarize_as_pi_serini(moved, cwd=tmp_path)
+
+    # No absolute paths anywhere, in any format.
+    for fmt in ("browsecomp-plus", "trec"):
+        assert main(["export", str(run_dir), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
+    machine = [str(tmp_path), str(run_dir), str(run_dir.parent), str(Path.home())]
+    for folder in (moved, tmp_path / "browsecomp-plus", tmp_path / "trec"):
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert files
+        for path in files:
+            text = path.read_text()
+            assert not any(m in text for m in machine), f"{path} names a local path"
+    manifest = orjson.loads((moved / "benchmark_manifest_snapshot.json").read_bytes())
+    assert not any(Path(v).is_absolute() for k, v in manifest.items() if k.endswith("_path"))
