@@ -41,7 +41,9 @@ class QuotaConfig(_Strict):
 
     A request is admitted when the window holds fewer than `requests_per_minute` requests and
     its tokens (prompt + completion of admitted requests) plus this request's prompt tokens stay
-    within `tokens_per_minute`. Rejected (429) requests consume nothing.
+    within `tokens_per_minute`. Rejected (429) requests consume nothing. Every route applies
+    them and answers in its provider's format: the window in the body (OpenAI's `type`) and
+    the rate-limit headers (`x-ratelimit-*`; Anthropic's `anthropic-ratelimit-*`).
     """
 
     IDENTITY = ("requests_per_minute", "tokens_per_minute", "window_seconds")
@@ -132,15 +134,20 @@ REPLY_FAULTS = frozenset({"malformed_arguments", "unknown_tool", "missing_fields
 
 
 class Scripted(_Strict):
-    """A one-shot behaviour for the next chat request (of `model`, when given).
+    """A one-shot behaviour for the next request (of `model`, when given), on any route, in
+    that route's provider's error format.
 
     `rate_limit`: 429, with `Retry-After: retry_after` when set (fractions allowed).
-    `insufficient_quota`: 429 with code `insufficient_quota` (permanent). `http_error`: `status`.
+    `insufficient_quota`: no credit left, never retried (OpenAI: 429 with code
+    `insufficient_quota`; Anthropic: 429 whose `error.details.error_code` is
+    `enforced_spend_limit_reached`; DeepSeek: 402 Insufficient Balance). `http_error`: `status`.
     `hang`: wait `seconds` (default: the config's `hang_seconds`) then answer normally.
     `latency`: wait `seconds` more, then answer normally. `auth_error`: 401.
-    `bad_request`: 400 with `message`. `context_window`: 400 `context_length_exceeded`.
-    `error_body`: HTTP 200 whose body is an error object (`{"error": {"type": "server_error"}}`),
-    as providers send when a failure happens after the status line went out. `no_usage`: a
+    `bad_request`: 400 with `message`. `context_window`: 400, the prompt too long (OpenAI's
+    code `context_length_exceeded`).
+    `error_body`: HTTP 200 whose body is an error object (`{"error": {"type": "server_error"}}`;
+    on the Responses route a response whose `status` is `failed`), as providers send when a
+    failure happens after the status line went out. `no_usage`: a
     normal reply without its `usage` block. `retry_after_date`: a rate limit's `Retry-After` as
     an HTTP date (RFC 9110) instead of seconds.
     The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.

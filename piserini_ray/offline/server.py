@@ -1,36 +1,39 @@
-"""The offline provider: an OpenAI-compatible chat-completions server on loopback.
+"""The offline provider: a loopback server speaking each provider's wire format (OpenAI's Chat
+Completions and Responses, Anthropic's Messages, DeepSeek's chat), whose models are policies.
 
 The framework reaches it through litellm exactly as it reaches a real provider, so test suites and
 rehearsal runs exercise the real client path (HTTP, retries, timeouts, usage accounting) at zero
-cost. Replies come from policies (see `policy.py`); on the way the server applies, in this order:
+cost. Every route runs one request pipeline; what differs between routes is a small codec
+(`codec.Codec`: `chat.py`, `deepseek.py`, `anthropic.py`, `responses.py`) that reads the route's
+key header and body and writes its replies and errors. The stages, in order:
 
-1. request validation (401 missing key when required, 400 bad body / streaming, 404 model);
-2. the next scripted behaviour queued with `OfflineProvider.script` (skips 3 and 5 when set);
-3. per-key quotas (429 with `Retry-After`);
-4. latency (`asyncio.sleep`, so concurrent requests overlap);
-5. random faults drawn from a seeded RNG (server errors, hangs, damaged replies);
-6. the policy, then usage with prefix-cache accounting.
+1. **auth**: the route's key header (401 in the route's format when a key is required and none
+   came; Anthropic's route also requires `anthropic-version`);
+2. **parse**: the body decoded and validated as the real API validates it (400), the model
+   looked up among the policies and their aliases (404);
+3. **quota admission**: the next scripted behaviour queued with `OfflineProvider.script` (for
+   this model or any) is taken here; a scripted failure (a 429, a 5xx, an error inside a 200,
+   ...) is answered at once, and a scripted request is never counted against a quota.
+   Otherwise the key's sliding windows admit the request or refuse it with a 429 that names
+   the full window (`quota.py`), in the route's format with its rate-limit headers;
+4. **latency**: a scripted hang or delay, then the configured latency (`asyncio.sleep`, so
+   concurrent requests overlap);
+5. **faults**: for an unscripted request, the seeded draws (`FaultRates`): a server error, a
+   hang, or a reply fault to apply after the policy;
+6. **policy**: the policy of the model answers the request, shown to it in the chat-completions
+   shape; a scripted or seeded reply fault damages its reply;
+7. **encode**: the reply in the route's format with the usage it bills (prefix caching shaped
+   as each provider's, see the codecs); its completion tokens join the quota window.
 
-Prefix caching, shaped like real providers' (whose prompt starts with the tool definitions): the
-cacheable prefix of a request is its `tools`, then its messages, whole items only. A
-conversation is identified by a hash of the model and its first two messages (system + first
-user, typically); `cached_tokens` is the token count of the longest leading run of (tools,
-messages...) shared with the most recent earlier successful request of that conversation. A
-first request still hits the cache for tools + system message when any earlier request of the
-same model started the same way (the shared system prompt, as on a real provider). The reply
-priming is never cached, so `cached_tokens < prompt_tokens` always holds. On the OpenAI route
-the shared prefix is billed in OpenAI's steps (none under 1,024 tokens, then multiples of 128
-above that, as on the Responses route); on DeepSeek's, whole messages (its prefix units).
+Every failure is a `codec.Problem`, rendered by the route's codec as its provider renders it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import hashlib
 import itertools
-import json
 import logging
 import math
 import os
@@ -38,45 +41,34 @@ import random
 import signal
 import socket
 import threading
-import time
-from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from piserini_ray.config.offline import REPLY_FAULTS, OfflineConfig, Scripted
-from piserini_ray.offline import anthropic, deepseek, responses
-from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall, reasoning_text
-from piserini_ray.offline.tokens import (
-    count_completion_tokens,
-    count_message_tokens,
-    count_prompt_tokens,
-    count_text_tokens,
+from piserini_ray.offline import anthropic
+from piserini_ray.offline.anthropic import MessagesCodec
+from piserini_ray.offline.chat import ChatCodec, ConversationCache
+from piserini_ray.offline.codec import Codec, Parsed, Problem, Usage
+from piserini_ray.offline.deepseek import DeepSeekCodec
+from piserini_ray.offline.faults import (
+    FAULT_ORDER,
+    SERVER_ERROR_STATUSES,
+    apply_reply_fault,
+    scripted_problem,
+    seeded_server_error,
 )
+from piserini_ray.offline.openai_format import bearer_key, missing_bearer_key, openai_error
+from piserini_ray.offline.policy import Policy, PolicyReply
+from piserini_ray.offline.quota import Quotas
+from piserini_ray.offline.responses import ResponsesCodec
 
 log = logging.getLogger(__name__)
 
-#: Context length quoted by scripted `context_window` errors.
-CONTEXT_WINDOW = 128_000
-#: Conversations remembered for prefix caching; the least recently used are forgotten first.
-MAX_CONVERSATIONS = 10_000
-#: Random faults, in the order they are drawn and tried (see `FaultRates`).
-_FAULT_ORDER = (
-    "http_500",
-    "hang",
-    "empty_reply",
-    "malformed_arguments",
-    "unknown_tool",
-    "missing_fields",
-)
-_SERVER_ERRORS = {
-    500: "The server had an error while processing your request. Sorry about that!",
-    502: "Bad gateway.",
-    503: "The engine is currently overloaded, please try again later.",
-}
+__all__ = ["OfflineProvider", "RecordedRequest", "Usage", "default_policies", "key_hash", "serve"]
 
 
 def default_policies() -> dict[str, Policy]:
@@ -103,17 +95,9 @@ def default_policies() -> dict[str, Policy]:
     return policies
 
 
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int  # all of the prompt, cached parts included
-    completion_tokens: int
-    cached_tokens: int  # read from the cache
-    cache_write_tokens: int = 0  # written to the cache (Anthropic's route)
-
-
 @dataclass
 class RecordedRequest:
-    """One chat request as the server saw it; the API key only as a hash prefix."""
+    """One request as the server saw it, on any route; the API key only as a hash prefix."""
 
     seq: int
     model: str | None = None
@@ -122,15 +106,18 @@ class RecordedRequest:
     #: HTTP status returned; None when no response was sent (client gone or server stopped).
     status: int | None = None
     usage: Usage | None = None
-    #: Fault or scripted kind applied (e.g. "http_500", "rate_limit"), None for a normal reply.
+    #: Fault or scripted kind applied (e.g. "http_500", "rate_limit", "quota" for a request a
+    #: quota window refused), None for a normal reply.
     fault: str | None = None
     scripted: bool = False
     key_hash: str | None = None
     conversation: str | None = None
     #: Seconds the server waited before answering (latency, scripted latency or hang).
     delayed: float = 0.0
-    #: Chat requests being handled when this one arrived, itself included.
+    #: Requests being handled when this one arrived, itself included.
     concurrent: int = 0
+    #: The route's codec: "chat", "deepseek", "messages" or "responses".
+    route: str | None = None
 
 
 def key_hash(key: str) -> str:
@@ -138,65 +125,50 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def _error(
-    status: int,
-    message: str,
-    type_: str,
-    code: str | None = None,
-    param: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> web.Response:
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def _format_seconds(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-
-@dataclass
-class _Window:
-    """Admitted requests of one key: deque of [monotonic time, tokens]."""
-
-    entries: deque[list[float]] = field(default_factory=deque)
-
-
 class _App:
-    """The request handling, shared state and RNGs; runs on the server thread's event loop."""
+    """The request pipeline, shared state and RNGs; runs on the server thread's event loop."""
 
     def __init__(self, config: OfflineConfig, policies: dict[str, Policy]) -> None:
         self.config = config
         self.policies = dict(policies)
-        self.lock = threading.Lock()  # guards everything below against the test thread
+        self.lock = threading.Lock()  # guards the log, the script and the RNGs
         # The most recent requests only: each holds its whole conversation, so keeping all of a
         # long rehearsal's (21,000 requests of 40-call conversations) would take gigabytes.
         self.records: deque[RecordedRequest] = deque(maxlen=config.request_log)
         self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._seq = itertools.count(1)
-        self.signer = anthropic.Signer(os.urandom(32))
-        self._call_ids = itertools.count(1)
-        self._completion_ids = itertools.count(1)
+        self.quotas = Quotas(config.quotas)
+        signer = anthropic.Signer(os.urandom(32))
+        conversations = ConversationCache(config.prefix_caching)  # both chat routes'
+        self.chat_codec = ChatCodec(conversations)
+        self.deepseek_codec = DeepSeekCodec(conversations)
+        self.messages_codec = MessagesCodec(signer)
+        self.responses_codec = ResponsesCodec(signer)
+        self.codecs: tuple[Codec, ...] = (
+            self.chat_codec,
+            self.deepseek_codec,
+            self.messages_codec,
+            self.responses_codec,
+        )
         self.reset()
 
     def reset(self) -> None:
         with self.lock:
             self.records.clear()
             self.script.clear()
-            self.conversations: OrderedDict[str, list[bytes]] = OrderedDict()
-            self.heads: set[str] = set()
-            self.windows: dict[str, _Window] = {}
-            self.prompt_caches: dict[str, anthropic.PromptCache] = {}
-            self.prefix_caches: dict[str, responses.PrefixCache] = {}
             # Separate streams, so enabling latency does not shift the fault pattern.
             self.fault_rng = random.Random(f"{self.config.seed}:faults")
             self.latency_rng = random.Random(f"{self.config.seed}:latency")
+        self.quotas.reset()
+        for codec in self.codecs:
+            codec.reset()
 
     # -- aiohttp handlers ---------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
-        if self.config.require_key and _bearer_key(request) is None:
-            return _missing_key()
+        if self.config.require_key and bearer_key(request.headers) is None:
+            return openai_error(missing_bearer_key())
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "piserini-ray-offline"}
             for name in self.policies
@@ -204,21 +176,34 @@ class _App:
         return web.json_response({"object": "list", "data": data})
 
     async def chat(self, request: web.Request) -> web.Response:
-        return await self._serve_chat(request, deepseek_dialect=False)
+        """OpenAI's Chat Completions (`chat.py`)."""
+        return await self.handle(self.chat_codec, request)
 
     async def deepseek_chat(self, request: web.Request) -> web.Response:
-        """DeepSeek's chat API: the OpenAI shape with its thinking-mode rules and usage
-        fields (`offline/deepseek.py`)."""
-        return await self._serve_chat(request, deepseek_dialect=True)
+        """DeepSeek's chat API: the OpenAI shape with its thinking-mode rules, usage fields and
+        errors (`deepseek.py`)."""
+        return await self.handle(self.deepseek_codec, request)
 
-    async def _serve_chat(self, request: web.Request, deepseek_dialect: bool) -> web.Response:
+    async def messages(self, request: web.Request) -> web.Response:
+        """Anthropic's Messages API (`anthropic.py`)."""
+        return await self.handle(self.messages_codec, request)
+
+    async def responses(self, request: web.Request) -> web.Response:
+        """OpenAI's Responses API (`responses.py`)."""
+        return await self.handle(self.responses_codec, request)
+
+    async def handle(self, codec: Codec, request: web.Request) -> web.Response:
+        """One request of any route, through the pipeline, kept in the request log."""
         task = asyncio.current_task()
         assert task is not None
-        record = RecordedRequest(seq=next(self._seq))
+        record = RecordedRequest(seq=next(self._seq), route=codec.name)
         self.tasks.add(task)
         record.concurrent = len(self.tasks)
         try:
-            response = await self._chat(request, record, deepseek_dialect)
+            try:
+                response = await self._pipeline(codec, request, record)
+            except Problem as problem:
+                response = codec.error(problem)
             record.status = response.status
             return response
         finally:
@@ -226,7 +211,8 @@ class _App:
             with self.lock:
                 self.records.append(record)
             log.debug(
-                "chat model=%s status=%s fault=%s key=%s",
+                "%s model=%s status=%s fault=%s key=%s",
+                codec.name,
                 record.model,
                 record.status,
                 record.fault,
@@ -235,313 +221,117 @@ class _App:
 
     # -- the pipeline -------------------------------------------------------------------------
 
-    async def _chat(
-        self, request: web.Request, record: RecordedRequest, deepseek_dialect: bool = False
+    async def _pipeline(
+        self, codec: Codec, request: web.Request, record: RecordedRequest
     ) -> web.Response:
-        key = _bearer_key(request)
+        """The stages of the module docstring; a failure at any of them raises `Problem`."""
+        parsed, policy = await self._parse(codec, request, record)  # 1. auth, 2. parse
+        spec, entry = self._admit(parsed, record)  # 3. quota admission
+        await self._delay(spec, record)  # 4. latency
+        reply_faults = await self._faults(spec, record)  # 5. faults
+        shown = codec.policy_request(parsed)  # 6. policy, and the reply faults
+        reply = self._reply(policy, shown, parsed.model)
+        reply = self._damaged(reply, reply_faults, shown, spec, record)
+        encoded = codec.encode(parsed, reply, record.key_hash)  # 7. encode
+        record.usage, record.conversation = encoded.usage, encoded.conversation
+        self.quotas.add(entry, encoded.usage.completion_tokens)
+        if spec is not None and spec.kind == "no_usage":
+            codec.drop_usage(encoded.body)
+        return web.json_response(encoded.body, dumps=lambda obj: orjson.dumps(obj).decode())
+
+    async def _parse(
+        self, codec: Codec, request: web.Request, record: RecordedRequest
+    ) -> tuple[Parsed, Policy]:
+        """Auth and parse: the request as the route's codec accepts it, and its policy."""
+        key = codec.api_key(request.headers)
         record.key_hash = key_hash(key) if key is not None else None
         if self.config.require_key and key is None:
-            return _missing_key()
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as error:
-            return _error(400, f"request body is not valid JSON: {error}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "invalid_request_error")
-        model, messages, tools = body.get("model"), body.get("messages"), body.get("tools")
-        record.model = model if isinstance(model, str) else None
-        record.messages = messages if isinstance(messages, list) else None
-        record.tools = tools if isinstance(tools, list) else None
-        problem = _validate(body)
-        if problem is not None:
-            param, problem_text = problem
-            return _error(400, problem_text, "invalid_request_error", param=param)
-        # `_validate` checked the shapes: a model name and a list of message objects.
-        model, messages = str(model), cast(list[dict[str, Any]], messages)
-        if body.get("stream"):
-            return _error(
-                400,
-                "streaming is not supported by the offline provider; send stream: false",
-                "invalid_request_error",
-                code="unsupported_value",
-                param="stream",
-            )
-        if deepseek_dialect and (refused := deepseek.problem(body)) is not None:
-            return _error(400, refused, "invalid_request_error")
-        policy = self._policy(model)
+            raise codec.missing_key()
+        codec.check_headers(request.headers)
+        body = codec.decode(await request.read())
+        record.model, record.messages, record.tools = codec.describe(body)
+        parsed = codec.validate(body)
+        policy = self._policy(parsed.model)
         if policy is None:
-            known = ", ".join(sorted(self.policies))
-            return _error(
-                404,
-                f"The model `{model}` does not exist on the offline provider (serving: {known})",
-                "invalid_request_error",
-                code="model_not_found",
-                param="model",
-            )
+            raise codec.unknown_model(parsed.model, sorted(self.policies))
+        return parsed, policy
 
-        prompt_tokens = count_prompt_tokens(messages, tools)
-        reply_fault: str | None = None
-        window_entry: list[float] | None = None
-        spec = self._next_scripted(model)
+    def _admit(
+        self, parsed: Parsed, record: RecordedRequest
+    ) -> tuple[Scripted | None, list[float] | None]:
+        """The scripted behaviour queued for this model, if any (a scripted failure is raised
+        here, and a scripted request counts against no quota); else the quota windows' entry
+        of the admitted request (None without quotas)."""
+        spec = self._next_scripted(parsed.model)
         if spec is not None:
             record.scripted, record.fault = True, spec.kind
-            response = _scripted_response(spec, prompt_tokens)
-            if response is not None:
-                return response
-            if spec.kind in ("hang", "latency"):
-                seconds = spec.seconds
-                record.delayed += self.config.hang_seconds if seconds is None else seconds
-                await asyncio.sleep(self.config.hang_seconds if seconds is None else seconds)
-            reply_fault = spec.kind if spec.kind in REPLY_FAULTS else None
-        else:
-            window_entry, rejection = self._admit(record.key_hash or "", prompt_tokens)
-            if rejection is not None:
-                record.fault = "quota"
-                return rejection
+            problem = scripted_problem(spec, lambda: parsed.prompt_tokens)
+            if problem is not None:
+                raise problem
+            return spec, None
+        try:
+            return None, self.quotas.admit(record.key_hash or "", lambda: parsed.prompt_tokens)
+        except Problem:
+            record.fault = "quota"
+            raise
+
+    async def _delay(self, spec: Scripted | None, record: RecordedRequest) -> None:
+        """A scripted hang or delay, then the configured latency."""
+        if spec is not None and spec.kind in ("hang", "latency"):
+            seconds = self.config.hang_seconds if spec.seconds is None else spec.seconds
+            record.delayed += seconds
+            await asyncio.sleep(seconds)
         latency = self._latency()
         record.delayed += latency
         await asyncio.sleep(latency)
-        if spec is None:
-            fired, status = self._draw_faults()
-            if "http_500" in fired:
-                record.fault = "http_500"
-                return _error(status, _SERVER_ERRORS[status], "server_error")
-            if "hang" in fired:
-                record.fault = "hang"
-                record.delayed += self.config.hang_seconds
-                await asyncio.sleep(self.config.hang_seconds)
-                fired = []
-        else:
-            fired = []
 
+    async def _faults(self, spec: Scripted | None, record: RecordedRequest) -> list[str]:
+        """The reply faults to apply, in order: the scripted one, or the seeded draws (a seeded
+        server error is raised here, a seeded hang waited out, with no reply fault after it)."""
+        if spec is not None:
+            return [spec.kind] if spec.kind in REPLY_FAULTS else []
+        fired, status = self._draw_faults()
+        if "http_500" in fired:
+            record.fault = "http_500"
+            raise seeded_server_error(status)
+        if "hang" in fired:
+            record.fault = "hang"
+            record.delayed += self.config.hang_seconds
+            await asyncio.sleep(self.config.hang_seconds)
+            return []
+        return [kind for kind in fired if kind in REPLY_FAULTS]
+
+    def _reply(self, policy: Policy, shown: dict[str, Any], model: str) -> PolicyReply:
         try:
-            reply = policy(body)
+            return policy(shown)
         except Exception as error:
             log.exception("policy for %s failed", model)
-            return _error(500, f"offline policy for {model} failed: {error!r}", "server_error")
-        if reply_fault is not None:
-            reply, applied = _apply_reply_fault(reply, reply_fault, tools)
-            if not applied:
-                record.fault = None  # scripted, but the reply had no tool call to damage
-        else:
-            for kind in fired:
-                reply, applied = _apply_reply_fault(reply, kind, tools)
-                if applied:
-                    record.fault = kind
-                    break
+            raise Problem(
+                "server_error", f"offline policy for {model} failed: {error!r}", status=500
+            ) from None
 
-        tool_calls = [
-            {
-                "id": call.id or f"call_{next(self._call_ids)}",
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in reply.tool_calls
-        ]
-        content = reply.content if reply.content is not None or tool_calls else ""
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-        reasoning = 0
-        if deepseek_dialect and deepseek.thinking_enabled(body):
-            message["reasoning_content"] = reasoning_text(reply)
-            reasoning = count_text_tokens(message["reasoning_content"])
-        completion_tokens = count_completion_tokens(content, tool_calls) + reasoning
-        record.conversation, shared = self._prefix_cache(model, messages, tools)
-        # OpenAI counts a cache hit in steps (1,024 tokens, then 128 more at a time); DeepSeek
-        # hits whole prefix units, which are the messages here.
-        cached_tokens = shared if deepseek_dialect else responses.openai_cached(shared)
-        record.usage = Usage(prompt_tokens, completion_tokens, cached_tokens)
-        if window_entry is not None:
-            with self.lock:
-                window_entry[1] += completion_tokens
-        reply_body: dict[str, Any] = {
-            "id": f"chatcmpl-offline-{next(self._completion_ids)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": "tool_calls" if tool_calls else "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached_tokens},
-                "completion_tokens_details": {"reasoning_tokens": 0},
-            },
-        }
-        if deepseek_dialect:
-            reply_body["usage"] = deepseek.usage(
-                prompt_tokens, completion_tokens, cached_tokens, reasoning
-            )
-        if spec is not None and spec.kind == "no_usage":
-            del reply_body["usage"]
-        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
-
-    async def messages(self, request: web.Request) -> web.Response:
-        """Anthropic's Messages API (`offline/anthropic.py` holds its rules and shapes)."""
-        return await self._recorded(self._messages, request)
-
-    async def responses(self, request: web.Request) -> web.Response:
-        """OpenAI's Responses API (`offline/responses.py` holds its rules and shapes)."""
-        return await self._recorded(self._responses, request)
-
-    async def _recorded(
+    def _damaged(
         self,
-        handle: Callable[[web.Request, RecordedRequest], Awaitable[web.Response]],
-        request: web.Request,
-    ) -> web.Response:
-        """Handle a request of a native route, keeping its record in the request log."""
-        record = RecordedRequest(seq=next(self._seq))
-        try:
-            response = await handle(request, record)
-            record.status = response.status
-            return response
-        finally:
-            with self.lock:
-                self.records.append(record)
-
-    async def _native_body(self, request: web.Request, record: RecordedRequest) -> dict[str, Any]:
-        """A native route's JSON body (or `RequestError`), its model noted on the record."""
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as error:
-            raise anthropic.RequestError(f"request body is not valid JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise anthropic.RequestError("request body must be a JSON object")
-        if body.get("stream"):
-            raise anthropic.RequestError("stream: the offline provider answers stream: false")
-        record.model = str(body.get("model"))
-        return body
-
-    async def _policy_reply(self, body: dict[str, Any], record: RecordedRequest) -> PolicyReply:
-        """After the configured latency, the reply of the policy serving the record's model or
-        its alias (checked with `_serves` first)."""
-        latency = self._latency()
-        record.delayed += latency
-        await asyncio.sleep(latency)
-        policy = self._policy(str(record.model))
-        assert policy is not None
-        return policy(body)
+        reply: PolicyReply,
+        faults: list[str],
+        shown: dict[str, Any],
+        spec: Scripted | None,
+        record: RecordedRequest,
+    ) -> PolicyReply:
+        """The reply with the first of `faults` that applies (a fault needing a tool call
+        applies to none without one); the record names the fault that applied."""
+        for kind in faults:
+            reply, applied = apply_reply_fault(reply, kind, shown.get("tools"))
+            if applied:
+                record.fault = kind
+                return reply
+        if spec is not None and faults:
+            record.fault = None  # scripted, but the reply had no tool call to damage
+        return reply
 
     def _policy(self, model: str) -> Policy | None:
         """The policy serving `model`, under its own name or an alias (`offline.model_aliases`)."""
         return self.policies.get(self.config.model_aliases.get(model, model))
-
-    def _serves(self, model: str) -> bool:
-        return self._policy(model) is not None
-
-    async def _messages(self, request: web.Request, record: RecordedRequest) -> web.Response:
-        def refuse(error: anthropic.RequestError) -> web.Response:
-            return web.json_response(anthropic.error_body(error), status=error.status)
-
-        key = request.headers.get("x-api-key")
-        record.key_hash = key_hash(key) if key else None
-        if self.config.require_key and not key:
-            return refuse(
-                anthropic.RequestError("x-api-key header is required", 401, "authentication_error")
-            )
-        if "anthropic-version" not in request.headers:
-            return refuse(anthropic.RequestError("anthropic-version: header is required"))
-        try:
-            body = await self._native_body(request, record)
-            record.messages = (
-                body.get("messages") if isinstance(body.get("messages"), list) else None
-            )
-            thinking = anthropic.validate(body, self.signer)
-        except anthropic.RequestError as error:
-            return refuse(error)
-        if not self._serves(record.model or ""):
-            return refuse(anthropic.RequestError(f"model: {record.model}", 404, "not_found_error"))
-        reply = await self._policy_reply(anthropic.policy_request(body), record)
-        thought = reasoning_text(reply) if thinking else None
-        content = anthropic.reply_content(reply, thought, self.signer)
-        with self.lock:
-            cache = self.prompt_caches.setdefault(
-                f"{record.model}:{record.key_hash}", anthropic.PromptCache()
-            )
-            uncached, written, read = cache.usage(f"{record.model}", body)
-        output = sum(
-            count_text_tokens(
-                orjson.dumps({k: v for k, v in b.items() if k != "signature"}).decode()
-            )
-            for b in content
-        )
-        record.usage = Usage(uncached + written + read, output, read, written)
-        reply_body = {
-            "id": f"msg_offline_{next(self._completion_ids):06d}",
-            "type": "message",
-            "role": "assistant",
-            "model": record.model,
-            "content": content,
-            "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": uncached,
-                "cache_creation_input_tokens": written,
-                "cache_read_input_tokens": read,
-                "output_tokens": output,
-            },
-        }
-        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
-
-    async def _responses(self, request: web.Request, record: RecordedRequest) -> web.Response:
-        def refuse(error: anthropic.RequestError) -> web.Response:
-            return web.json_response(responses.error_body(error), status=error.status)
-
-        key = _bearer_key(request)
-        record.key_hash = key_hash(key) if key else None
-        if self.config.require_key and not key:
-            return _missing_key()
-        try:
-            body = await self._native_body(request, record)
-            record.messages = body.get("input") if isinstance(body.get("input"), list) else None
-            responses.validate(body, self.signer)
-        except anthropic.RequestError as error:
-            return refuse(error)
-        if not self._serves(record.model or ""):
-            return _error(
-                404,
-                f"The model `{record.model}` does not exist",
-                "invalid_request_error",
-                code="model_not_found",
-            )
-        reply = await self._policy_reply(responses.policy_request(body), record)
-        reasoning = reasoning_text(reply)
-        output = responses.output_items(reply, reasoning, self.signer)
-        with self.lock:
-            cache = self.prefix_caches.setdefault(
-                f"{record.model}:{record.key_hash}", responses.PrefixCache()
-            )
-            prompt, cached = cache.usage(str(record.model), body)
-        thought = count_text_tokens(reasoning)
-        completion = thought + count_completion_tokens(
-            reply.content,
-            [{"function": {"name": c.name, "arguments": c.arguments}} for c in reply.tool_calls],
-        )
-        record.usage = Usage(prompt, completion, cached)
-        reply_body = {
-            "id": f"resp_{next(self._completion_ids):06d}",
-            "object": "response",
-            "created_at": int(time.time()),
-            "status": "completed",
-            "model": record.model,
-            "output": output,
-            "usage": {
-                "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": cached},
-                "output_tokens": completion,
-                "output_tokens_details": {"reasoning_tokens": thought},
-                "total_tokens": prompt + completion,
-            },
-        }
-        return web.json_response(reply_body, dumps=lambda obj: orjson.dumps(obj).decode())
 
     def _next_scripted(self, model: str) -> Scripted | None:
         """Pop the first queued behaviour meant for this model (or for any model)."""
@@ -551,44 +341,6 @@ class _App:
                     del self.script[i]
                     return spec
         return None
-
-    def _admit(
-        self, key: str, prompt_tokens: int
-    ) -> tuple[list[float] | None, web.Response | None]:
-        """Sliding-window quota check; an admitted request is entered in its key's window."""
-        quotas = self.config.quotas
-        if quotas.requests_per_minute is None and quotas.tokens_per_minute is None:
-            return None, None
-        now = time.monotonic()
-        with self.lock:
-            window = self.windows.setdefault(key, _Window())
-            entries = window.entries
-            while entries and entries[0][0] <= now - quotas.window_seconds:
-                entries.popleft()
-            rpm, tpm = quotas.requests_per_minute, quotas.tokens_per_minute
-            if rpm is not None and len(entries) >= rpm:
-                wait = entries[len(entries) - rpm][0] + quotas.window_seconds - now
-                return None, _rate_limited(
-                    wait, "requests", f"Limit {rpm}, Used {len(entries)}, Requested 1."
-                )
-            if tpm is not None:
-                used = int(sum(entry[1] for entry in entries))
-                if used + prompt_tokens > tpm:
-                    if prompt_tokens > tpm:
-                        wait = quotas.window_seconds  # never fits; say so, as OpenAI does
-                        detail = f"Request too large: Limit {tpm}, Requested {prompt_tokens}."
-                    else:
-                        freed, wait = 0.0, quotas.window_seconds
-                        for stamp, tokens in entries:
-                            freed += tokens
-                            if used - freed + prompt_tokens <= tpm:
-                                wait = stamp + quotas.window_seconds - now
-                                break
-                        detail = f"Limit {tpm}, Used {used}, Requested {prompt_tokens}."
-                    return None, _rate_limited(wait, "tokens", detail)
-            entry = [now, float(prompt_tokens)]
-            entries.append(entry)
-            return entry, None
 
     def _latency(self) -> float:
         latency = self.config.latency
@@ -609,204 +361,9 @@ class _App:
         """
         rates = self.config.faults
         with self.lock:
-            draws = {kind: self.fault_rng.random() for kind in _FAULT_ORDER}
-            status = self.fault_rng.choice(sorted(_SERVER_ERRORS))
-        return [kind for kind in _FAULT_ORDER if draws[kind] < getattr(rates, kind)], status
-
-    def _prefix_cache(
-        self, model: str, messages: list[dict[str, Any]], tools: list[Any] | None
-    ) -> tuple[str, int]:
-        """(conversation id, cached tokens) for this request; remembers it for the next one."""
-        conversation = hashlib.sha256(
-            orjson.dumps([model, messages[:2]], option=orjson.OPT_SORT_KEYS)
-        ).hexdigest()[:16]
-        if not self.config.prefix_caching:
-            return conversation, 0
-        # Digests, not the messages: the cache holds thousands of long conversations.
-        items = [
-            hashlib.blake2b(orjson.dumps(x, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
-            for x in [tools or [], *messages]
-        ]
-        head = hashlib.sha256(model.encode() + b"\0" + b"\0".join(items[:2])).hexdigest()
-        with self.lock:
-            previous = self.conversations.pop(conversation, [])
-            self.conversations[conversation] = items
-            while len(self.conversations) > MAX_CONVERSATIONS:
-                self.conversations.popitem(last=False)
-            head_seen = head in self.heads
-            self.heads.add(head)
-        shared = 0
-        for old, new in zip(previous, items, strict=False):
-            if old != new:
-                break
-            shared += 1
-        if shared < 2 and head_seen and len(items) >= 2:
-            shared = 2  # tools + system prompt, cached by an earlier conversation
-        # Counted exactly as `count_prompt_tokens` counts the tools part of the prompt.
-        cached = count_text_tokens(orjson.dumps(list(tools)).decode()) if tools and shared else 0
-        return conversation, cached + sum(
-            count_message_tokens(m) for m in messages[: max(0, shared - 1)]
-        )
-
-
-def _bearer_key(request: web.Request) -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, key = header.partition(" ")
-    key = key.strip()
-    return key if scheme.lower() == "bearer" and key else None
-
-
-def _missing_key() -> web.Response:
-    return _error(
-        401,
-        "missing API key: send the header 'Authorization: Bearer KEY'",
-        "authentication_error",
-        code="invalid_api_key",
-    )
-
-
-def _validate(body: dict[str, Any]) -> tuple[str, str] | None:
-    """(param, message) of the first problem with a chat-completions body, or None."""
-    if not isinstance(body.get("model"), str):
-        return "model", "you must provide a model parameter"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages", "messages must be a non-empty list"
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-        return "messages", "each message must be an object with a role"
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        return "tools", "tools must be a list"
-    return None
-
-
-def _rate_limited(wait: float, limit: str, detail: str) -> web.Response:
-    retry_after = max(1, math.ceil(wait))
-    return _error(
-        429,
-        f"Rate limit reached for {limit} per minute on the offline provider: {detail} "
-        f"Please try again in {retry_after}s.",
-        limit,
-        code="rate_limit_exceeded",
-        headers={"Retry-After": str(retry_after)},
-    )
-
-
-def _scripted_response(spec: Scripted, prompt_tokens: int) -> web.Response | None:
-    """The response that replaces the reply for a scripted kind, or None to continue."""
-    if spec.kind == "rate_limit":
-        headers = None
-        if spec.retry_after is not None and spec.retry_after_date:
-            # An HTTP date has whole seconds: round up, so the client never waits too little.
-            moment = math.ceil(time.time() + spec.retry_after)
-            headers = {"Retry-After": email.utils.formatdate(moment, usegmt=True)}
-        elif spec.retry_after is not None:
-            headers = {"Retry-After": _format_seconds(spec.retry_after)}
-        message = spec.message or "Rate limit reached for requests (scripted)."
-        return _error(429, message, "requests", code="rate_limit_exceeded", headers=headers)
-    if spec.kind == "insufficient_quota":
-        return _error(
-            429,
-            spec.message
-            or "You exceeded your current quota, please check your plan and billing details.",
-            "insufficient_quota",
-            code="insufficient_quota",
-        )
-    if spec.kind == "http_error":
-        message = spec.message or _SERVER_ERRORS.get(spec.status, f"HTTP {spec.status} (scripted)")
-        type_ = "server_error" if spec.status >= 500 else "invalid_request_error"
-        return _error(spec.status, message, type_)
-    if spec.kind == "error_body":
-        error = {
-            "message": spec.message or "The server had an error processing your request.",
-            "type": "server_error",
-            "param": None,
-            "code": None,
-        }
-        return web.json_response({"error": error}, status=200)
-    if spec.kind == "auth_error":
-        return _error(
-            401,
-            spec.message or "Incorrect API key provided (scripted).",
-            "authentication_error",
-            code="invalid_api_key",
-        )
-    if spec.kind == "bad_request":
-        return _error(400, spec.message or "Bad request (scripted).", "invalid_request_error")
-    if spec.kind == "context_window":
-        return _error(
-            400,
-            f"This model's maximum context length is {CONTEXT_WINDOW} tokens. However, your "
-            f"messages resulted in {max(prompt_tokens, CONTEXT_WINDOW + 1)} tokens. "
-            "Please reduce the length of the messages.",
-            "invalid_request_error",
-            code="context_length_exceeded",
-            param="messages",
-        )
-    return None
-
-
-def _tool_names(tools: list[Any] | None) -> set[str]:
-    names = set()
-    for tool in tools or ():
-        if isinstance(tool, dict):
-            name = (tool.get("function") or {}).get("name")
-            if isinstance(name, str):
-                names.add(name)
-    return names
-
-
-def _required_fields(tools: list[Any] | None, name: str) -> list[str]:
-    for tool in tools or ():
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(function, dict) and function.get("name") == name:
-            required = (function.get("parameters") or {}).get("required") or []
-            return [r for r in required if isinstance(r, str)]
-    return []
-
-
-def _truncate_json(text: str) -> str:
-    """A prefix of `text` that is not valid JSON (as a reply cut off mid-stream looks)."""
-    cut = text[: max(1, len(text) // 2)]
-    try:
-        json.loads(cut)
-    except ValueError:
-        return cut
-    return cut + '{"'  # still valid (e.g. a short number): make sure it is not
-
-
-def _apply_reply_fault(
-    reply: PolicyReply, kind: str, tools: list[Any] | None
-) -> tuple[PolicyReply, bool]:
-    """Damage the reply as `kind` says; (reply, whether the fault applied)."""
-    if kind == "empty_reply":
-        return PolicyReply(content="", tool_calls=[]), True
-    if not reply.tool_calls:
-        return reply, False
-    first, rest = reply.tool_calls[0], reply.tool_calls[1:]
-    if kind == "malformed_arguments":
-        damaged = first.model_copy(update={"arguments": _truncate_json(first.arguments)})
-    elif kind == "unknown_tool":
-        known, name, n = _tool_names(tools) | {first.name}, "web_browse", 1
-        while name in known:
-            n += 1
-            name = f"web_browse_{n}"
-        damaged = first.model_copy(update={"name": name})
-    elif kind == "missing_fields":
-        try:
-            arguments = json.loads(first.arguments)
-        except ValueError:
-            return reply, False
-        if not isinstance(arguments, dict) or not arguments:
-            return reply, False
-        candidates = ["reason", *_required_fields(tools, first.name), *arguments]
-        drop = next(c for c in candidates if c in arguments)
-        del arguments[drop]
-        damaged = first.model_copy(update={"arguments": json.dumps(arguments)})
-    else:
-        raise ValueError(f"unknown reply fault {kind!r}")
-    tool_calls: list[PolicyToolCall] = [damaged, *rest]
-    return reply.model_copy(update={"tool_calls": tool_calls}), True
+            draws = {kind: self.fault_rng.random() for kind in FAULT_ORDER}
+            status = self.fault_rng.choice(SERVER_ERROR_STATUSES)
+        return [kind for kind in FAULT_ORDER if draws[kind] < getattr(rates, kind)], status
 
 
 class OfflineProvider:
@@ -935,18 +492,18 @@ class OfflineProvider:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """A snapshot of the chat requests handled so far (the last `config.request_log`), in
-        completion order."""
+        """A snapshot of the requests handled so far on every route (the last
+        `config.request_log`), in completion order."""
         with self._app.lock:
             return list(self._app.records)
 
     @property
     def in_flight(self) -> int:
-        """Chat requests being handled right now (a hung request counts until cancelled)."""
+        """Requests being handled right now (a hung request counts until cancelled)."""
         return len(self._app.tasks)
 
     def script(self, *specs: Scripted) -> None:
-        """Queue one-shot behaviours, consumed in order by the next matching chat requests."""
+        """Queue one-shot behaviours, consumed in order by the next matching requests."""
         with self._app.lock:
             self._app.script.extend(specs)
 

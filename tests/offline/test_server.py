@@ -321,6 +321,10 @@ def test_requests_per_minute_quota_is_per_key() -> None:
         error = limited.json()["error"]
         assert error["type"] == "requests" and error["code"] == "rate_limit_exceeded"
         assert error["message"].startswith("Rate limit reached")
+        # OpenAI's rate-limit headers: the full window says so (reset as a Go duration).
+        assert limited.headers["x-ratelimit-limit-requests"] == "2"
+        assert limited.headers["x-ratelimit-remaining-requests"] == "0"
+        assert limited.headers["x-ratelimit-reset-requests"].endswith("s")
         assert post(provider, chat_body(), key="k2").status_code == 200
         assert [r.fault for r in provider.requests] == [None, None, "quota", None]
 
@@ -333,6 +337,8 @@ def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
         huge = post(provider, chat_body(conversation("word " * (4 * small))))
         assert huge.status_code == 429 and huge.json()["error"]["type"] == "tokens"
         assert int(huge.headers["Retry-After"]) >= 1
+        assert huge.headers["x-ratelimit-limit-tokens"] == str(3 * small)
+        assert "x-ratelimit-limit-requests" not in huge.headers  # no request quota set
         # The rejected request consumed nothing, so one more small request still fits.
         assert post(provider, chat_body()).status_code == 200
         assert post(provider, chat_body()).status_code == 429
