@@ -497,6 +497,19 @@ def _is_zero(value: str | None) -> bool:
         return False
 
 
+def _tightest_anthropic_window(headers: Mapping[str, str]) -> str | None:
+    shares = []
+    for resource in ("requests", "tokens", "input-tokens", "output-tokens"):
+        try:
+            left = float(headers[f"anthropic-ratelimit-{resource}-remaining"])
+            limit = float(headers[f"anthropic-ratelimit-{resource}-limit"])
+        except (KeyError, ValueError):
+            continue
+        if limit > 0:
+            shares.append((left / limit, resource.replace("-", "_")))
+    return min(shares)[1] if shares else None
+
+
 def quota_window(shape: ErrorShape) -> str | None:
     """The window a 429 names as full: Gemini's quota id; the `*-remaining` header at 0
     (OpenAI, Anthropic, OpenRouter); OpenAI's `error.type` (`requests` or `tokens`)."""
@@ -509,6 +522,10 @@ def quota_window(shape: ErrorShape) -> str | None:
     for resource in ("requests", "tokens", "input-tokens", "output-tokens"):
         if _is_zero(h.get(f"anthropic-ratelimit-{resource}-remaining")):
             return resource.replace("-", "_")
+    # An Anthropic 429 for a request larger than what is left: no family is at 0, the one
+    # with the least left of its limit is the window that refused it.
+    if shape.status == 429 and (tightest := _tightest_anthropic_window(h)) is not None:
+        return tightest
     if _is_zero(h.get("x-ratelimit-remaining")):
         return "requests"  # OpenRouter counts requests
     if shape.type in ("requests", "tokens"):

@@ -531,3 +531,19 @@ def test_a_retry_after_date_on_a_transient_failure_is_its_wait() -> None:
     )  # fmt: skip
     failure, paths = _failure_of(case, case.message)
     _assert_class(case, failure, paths)
+
+
+def test_an_anthropic_429_for_a_request_larger_than_what_is_left_names_its_window() -> None:
+    """No family is at 0 (the request was larger than what was left): the family with the least
+    left of its limit is the window, so the limiter cools down instead of cutting concurrency."""
+    from piserini_ray.llm.retry import ErrorShape, quota_window
+
+    headers = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "49",
+        "anthropic-ratelimit-tokens-limit": "10000",
+        "anthropic-ratelimit-tokens-remaining": "1200",
+    }
+    shape = ErrorShape(429, 429, "anthropic", type="rate_limit_error", headers=headers)
+    assert quota_window(shape) == "tokens"
+    assert quota_window(ErrorShape(429, 429, "anthropic", type="rate_limit_error")) is None
