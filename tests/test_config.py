@@ -222,6 +222,12 @@ RUN_IDENTITY = [
     "offline.seed",
     "offline.request_log",
     "offline.model_aliases",
+    "offline.batch",
+    "offline.batch.completion_seconds",
+    "offline.batch.error_rate",
+    "offline.batch.expire_rate",
+    "offline.batch.max_requests",
+    "offline.batch.max_bytes",
 ]
 NOT_RUN_IDENTITY = [
     "retrieval.index_root",

@@ -79,6 +79,35 @@ class FaultRates(_Strict):
     missing_fields: float = Field(0.0, ge=0, le=1)
 
 
+class BatchConfig(_Strict):
+    """The batch emulators (OpenAI's Batch API, Anthropic's Message Batches): how long a batch
+    queues and how often a request in it errors or expires.
+
+    `completion_seconds`: time a batch waits in the queue before its requests run (the
+    providers promise 24 hours; most batches end within one). `error_rate` and `expire_rate`:
+    probability (0..1) that a request of a batch ends errored (a server error, not billed) or
+    expired (never run, not billed), drawn when the batch is created from a seeded RNG.
+    `max_requests` and `max_bytes`: lower caps than the providers' published ones (OpenAI
+    50,000 requests and 200 MB; Anthropic 100,000 requests and 256 MB), to rehearse splitting;
+    None keeps the published limit.
+    """
+
+    IDENTITY = ("completion_seconds", "error_rate", "expire_rate", "max_requests", "max_bytes")
+    NOT_IDENTITY = ()
+
+    completion_seconds: float = Field(0.0, ge=0)
+    error_rate: float = Field(0.0, ge=0, le=1)
+    expire_rate: float = Field(0.0, ge=0, le=1)
+    max_requests: int | None = Field(None, ge=1)
+    max_bytes: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchConfig:
+        if self.error_rate + self.expire_rate > 1:
+            raise ValueError("batch error_rate + expire_rate must not exceed 1")
+        return self
+
+
 class OfflineConfig(_Strict):
     """Everything the offline provider does besides the policies themselves."""
 
@@ -93,6 +122,7 @@ class OfflineConfig(_Strict):
         "seed",
         "request_log",
         "model_aliases",
+        "batch",
     )
     NOT_IDENTITY = ()
 
@@ -110,6 +140,8 @@ class OfflineConfig(_Strict):
     #: Models served under other names, e.g. `{claude-haiku-4-5: offline/heuristic}`: a
     #: provider's native route (Anthropic's `/v1/messages`) rehearsed with its own model names.
     model_aliases: dict[str, str] = Field(default_factory=dict)
+    #: The batch emulators (`/v1/batches`, `/v1/messages/batches`).
+    batch: BatchConfig = BatchConfig()
 
 
 ScriptedKind = Literal[

@@ -8,6 +8,7 @@ provider implementation.
 """
 
 from piserini_ray.config.offline import (
+    BatchConfig,
     FaultRates,
     LatencyConfig,
     OfflineConfig,
@@ -17,6 +18,8 @@ from piserini_ray.config.offline import (
 from piserini_ray.offline.judge_policy import exact_match_judge_policy
 from piserini_ray.offline.policy import Policy, PolicyReply, PolicyToolCall
 from piserini_ray.offline.server import (
+    Bill,
+    BillLine,
     OfflineProvider,
     RecordedRequest,
     Usage,
@@ -25,6 +28,9 @@ from piserini_ray.offline.server import (
 )
 
 __all__ = [
+    "BatchConfig",
+    "Bill",
+    "BillLine",
     "FaultRates",
     "LatencyConfig",
     "OfflineConfig",

@@ -42,7 +42,8 @@ import signal
 import socket
 import threading
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -51,6 +52,7 @@ from aiohttp import web
 from piserini_ray.config.offline import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline import anthropic
 from piserini_ray.offline.anthropic import MessagesCodec
+from piserini_ray.offline.batches import ANTHROPIC_MAX_BYTES, AnthropicBatches, OpenAIBatches
 from piserini_ray.offline.chat import ChatCodec, ConversationCache
 from piserini_ray.offline.codec import Codec, Parsed, Problem, Usage
 from piserini_ray.offline.deepseek import DeepSeekCodec
@@ -68,7 +70,16 @@ from piserini_ray.offline.responses import ResponsesCodec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OfflineProvider", "RecordedRequest", "Usage", "default_policies", "key_hash", "serve"]
+__all__ = [
+    "Bill",
+    "BillLine",
+    "OfflineProvider",
+    "RecordedRequest",
+    "Usage",
+    "default_policies",
+    "key_hash",
+    "serve",
+]
 
 
 def default_policies() -> dict[str, Policy]:
@@ -118,6 +129,39 @@ class RecordedRequest:
     concurrent: int = 0
     #: The route's codec: "chat", "deepseek", "messages" or "responses".
     route: str | None = None
+    #: The tier it is billed at: "standard", "flex" or "priority" (OpenAI's `service_tier`
+    #: request parameter), or "batch" for a request of a batch (`batch_id`).
+    service_tier: str = "standard"
+    batch_id: str | None = None
+
+
+@dataclass
+class BillLine:
+    """What the emulator bills for one (tier, model): requests and their tokens."""
+
+    requests: int = 0
+    prompt_tokens: int = 0  # all of the prompt, cached and cache-written parts included
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class Bill:
+    """The emulator's own bill: every billed request's usage by (tier, model), kept whole
+    however short the request log is."""
+
+    def __init__(self) -> None:
+        self.lines: dict[tuple[str, str], BillLine] = {}
+
+    def add(self, record: RecordedRequest) -> None:
+        usage = record.usage
+        assert usage is not None
+        line = self.lines.setdefault((record.service_tier, str(record.model)), BillLine())
+        line.requests += 1
+        line.prompt_tokens += usage.prompt_tokens
+        line.completion_tokens += usage.completion_tokens
+        line.cached_tokens += usage.cached_tokens
+        line.cache_write_tokens += usage.cache_write_tokens
 
 
 def key_hash(key: str) -> str:
@@ -135,6 +179,7 @@ class _App:
         # The most recent requests only: each holds its whole conversation, so keeping all of a
         # long rehearsal's (21,000 requests of 40-call conversations) would take gigabytes.
         self.records: deque[RecordedRequest] = deque(maxlen=config.request_log)
+        self.bill = Bill()
         self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._seq = itertools.count(1)
@@ -151,16 +196,29 @@ class _App:
             self.messages_codec,
             self.responses_codec,
         )
+        self.openai_batches = OpenAIBatches(
+            config.batch,
+            config.seed,
+            self.batch_request,
+            {"/v1/chat/completions": self.chat_codec, "/v1/responses": self.responses_codec},
+            config.require_key,
+        )
+        self.anthropic_batches = AnthropicBatches(
+            config.batch, config.seed, self.batch_request, self.messages_codec, config.require_key
+        )
         self.reset()
 
     def reset(self) -> None:
         with self.lock:
             self.records.clear()
+            self.bill = Bill()
             self.script.clear()
             # Separate streams, so enabling latency does not shift the fault pattern.
             self.fault_rng = random.Random(f"{self.config.seed}:faults")
             self.latency_rng = random.Random(f"{self.config.seed}:latency")
         self.quotas.reset()
+        self.openai_batches.reseed()
+        self.anthropic_batches.reseed()
         for codec in self.codecs:
             codec.reset()
 
@@ -193,39 +251,73 @@ class _App:
         return await self.handle(self.responses_codec, request)
 
     async def handle(self, codec: Codec, request: web.Request) -> web.Response:
-        """One request of any route, through the pipeline, kept in the request log."""
+        """One HTTP request of any route, through the pipeline, kept in the request log."""
         task = asyncio.current_task()
         assert task is not None
         record = RecordedRequest(seq=next(self._seq), route=codec.name)
         self.tasks.add(task)
         record.concurrent = len(self.tasks)
         try:
+            return await self.execute(codec, request.headers, request.read, record)
+        finally:
+            self.tasks.discard(task)
+
+    async def execute(
+        self,
+        codec: Codec,
+        headers: Mapping[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        record: RecordedRequest,
+    ) -> web.Response:
+        """One request through the pipeline (an HTTP request, or a request of a batch), its
+        response, the record kept in the request log and its usage on the bill."""
+        try:
             try:
-                response = await self._pipeline(codec, request, record)
+                response = await self._pipeline(codec, headers, read, record)
             except Problem as problem:
                 response = codec.error(problem)
             record.status = response.status
             return response
         finally:
-            self.tasks.discard(task)
             with self.lock:
                 self.records.append(record)
+                if record.usage is not None:
+                    self.bill.add(record)
             log.debug(
-                "%s model=%s status=%s fault=%s key=%s",
+                "%s model=%s status=%s fault=%s key=%s tier=%s",
                 codec.name,
                 record.model,
                 record.status,
                 record.fault,
                 record.key_hash,
+                record.service_tier,
             )
+
+    async def batch_request(
+        self, codec: Codec, headers: Mapping[str, str], body: bytes, batch_id: str
+    ) -> web.Response:
+        """One request of a batch: the same pipeline as a direct call, billed at the batch
+        tier (`batches.py`)."""
+        record = RecordedRequest(
+            seq=next(self._seq), route=codec.name, service_tier="batch", batch_id=batch_id
+        )
+
+        async def read() -> bytes:
+            return body
+
+        return await self.execute(codec, headers, read, record)
 
     # -- the pipeline -------------------------------------------------------------------------
 
     async def _pipeline(
-        self, codec: Codec, request: web.Request, record: RecordedRequest
+        self,
+        codec: Codec,
+        headers: Mapping[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        record: RecordedRequest,
     ) -> web.Response:
         """The stages of the module docstring; a failure at any of them raises `Problem`."""
-        parsed, policy = await self._parse(codec, request, record)  # 1. auth, 2. parse
+        parsed, policy = await self._parse(codec, headers, read, record)  # 1. auth, 2. parse
         spec, entry = self._admit(parsed, record)  # 3. quota admission
         await self._delay(spec, record)  # 4. latency
         reply_faults = await self._faults(spec, record)  # 5. faults
@@ -240,16 +332,24 @@ class _App:
         return web.json_response(encoded.body, dumps=lambda obj: orjson.dumps(obj).decode())
 
     async def _parse(
-        self, codec: Codec, request: web.Request, record: RecordedRequest
+        self,
+        codec: Codec,
+        headers: Mapping[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        record: RecordedRequest,
     ) -> tuple[Parsed, Policy]:
         """Auth and parse: the request as the route's codec accepts it, and its policy."""
-        key = codec.api_key(request.headers)
+        key = codec.api_key(headers)
         record.key_hash = key_hash(key) if key is not None else None
         if self.config.require_key and key is None:
             raise codec.missing_key()
-        codec.check_headers(request.headers)
-        body = codec.decode(await request.read())
+        codec.check_headers(headers)
+        body = codec.decode(await read())
         record.model, record.messages, record.tools = codec.describe(body)
+        if record.service_tier != "batch" and codec.name in ("chat", "responses"):
+            # OpenAI's `service_tier` request parameter: flex and priority are billed apart.
+            tier = body.get("service_tier")
+            record.service_tier = tier if tier in ("flex", "priority") else "standard"
         parsed = codec.validate(body)
         policy = self._policy(parsed.model)
         if policy is None:
@@ -444,12 +544,28 @@ class OfflineProvider:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        app = web.Application(client_max_size=64 * 1024**2)  # long agent histories
+        # Long agent histories, and a Message Batch of up to 256 MB (refused in Anthropic's
+        # shape above that, and by aiohttp beyond this margin).
+        app = web.Application(client_max_size=ANTHROPIC_MAX_BYTES + 16 * 1024**2)
         app.router.add_get("/v1/models", self._app.models)
         app.router.add_post("/v1/chat/completions", self._app.chat)
         app.router.add_post("/v1/messages", self._app.messages)  # Anthropic's native route
         app.router.add_post("/deepseek/chat/completions", self._app.deepseek_chat)
         app.router.add_post("/v1/responses", self._app.responses)  # OpenAI's Responses API
+        openai_batches, anthropic_batches = self._app.openai_batches, self._app.anthropic_batches
+        app.router.add_post("/v1/files", openai_batches.upload_file)  # OpenAI's Batch API
+        app.router.add_get("/v1/files/{file_id}", openai_batches.get_file)
+        app.router.add_delete("/v1/files/{file_id}", openai_batches.delete_file)
+        app.router.add_get("/v1/files/{file_id}/content", openai_batches.file_content)
+        app.router.add_post("/v1/batches", openai_batches.create)
+        app.router.add_get("/v1/batches", openai_batches.list)
+        app.router.add_get("/v1/batches/{batch_id}", openai_batches.retrieve)
+        app.router.add_post("/v1/batches/{batch_id}/cancel", openai_batches.cancel)
+        app.router.add_post("/v1/messages/batches", anthropic_batches.create)  # Anthropic's
+        app.router.add_get("/v1/messages/batches", anthropic_batches.list)
+        app.router.add_get("/v1/messages/batches/{batch_id}", anthropic_batches.retrieve)
+        app.router.add_post("/v1/messages/batches/{batch_id}/cancel", anthropic_batches.cancel)
+        app.router.add_get("/v1/messages/batches/{batch_id}/results", anthropic_batches.results)
         runner = web.AppRunner(
             app,
             handle_signals=False,
@@ -470,6 +586,8 @@ class OfflineProvider:
         finally:
             for task in list(self._app.tasks):
                 task.cancel()
+            await self._app.openai_batches.stop()
+            await self._app.anthropic_batches.stop()
             await runner.cleanup()
             sock.close()
 
@@ -501,6 +619,13 @@ class OfflineProvider:
     def in_flight(self) -> int:
         """Requests being handled right now (a hung request counts until cancelled)."""
         return len(self._app.tasks)
+
+    @property
+    def bill(self) -> dict[tuple[str, str], BillLine]:
+        """The emulator's bill so far: usage of every billed request by (service tier, model),
+        e.g. `bill[("batch", "gpt-5.4-mini")].prompt_tokens` (cleared by `reset`)."""
+        with self._app.lock:
+            return {key: replace(line) for key, line in self._app.bill.lines.items()}
 
     def script(self, *specs: Scripted) -> None:
         """Queue one-shot behaviours, consumed in order by the next matching requests."""
