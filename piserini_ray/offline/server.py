@@ -26,6 +26,11 @@ key header and body and writes its replies and errors. The stages, in order:
    as each provider's, see the codecs); its completion tokens join the quota window.
 
 Every failure is a `codec.Problem`, rendered by the route's codec as its provider renders it.
+
+The batch emulators (`batches.py`: OpenAI's `/v1/files` + `/v1/batches`, Anthropic's
+`/v1/messages/batches`) run each request of a batch through this same pipeline, recorded with
+`service_tier="batch"` and its `batch_id`; `OfflineProvider.bill` sums every billed request's
+usage by (tier, model), whatever the request log kept.
 """
 
 from __future__ import annotations
