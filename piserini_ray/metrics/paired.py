@@ -39,3 +39,23 @@ def mcnemar_exact(reference: ArrayLike, other: ArrayLike) -> McNemar:
     discordant = only_ref + only_other
     p = 1.0 if discordant == 0 else float(binomtest(only_other, discordant, 0.5).pvalue)
     return McNemar(only_reference=only_ref, only_other=only_other, p_value=p)
+
+
+def fleiss_kappa(ratings: ArrayLike) -> float | None:
+    """Fleiss' kappa of binary ratings: `ratings[i][j]` is rater j's verdict (True/False) on
+    item i, every item rated by the same n >= 2 raters. P_i = (sum_k n_ik^2 - n) / (n (n - 1)),
+    P_bar their mean, P_e = sum_k p_k^2 with p_k the share of all ratings in category k;
+    kappa = (P_bar - P_e) / (1 - P_e). None where undefined (no items, fewer than 2 raters, or
+    every rating in one category)."""
+    x = np.asarray(ratings, dtype=bool)
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] < 2:
+        return None
+    n = x.shape[1]
+    yes = x.sum(axis=1).astype(float)
+    counts = np.stack([yes, n - yes], axis=1)  # items x {True, False}
+    per_item = ((counts**2).sum(axis=1) - n) / (n * (n - 1))
+    shares = counts.sum(axis=0) / counts.sum()
+    chance = float((shares**2).sum())
+    if chance >= 1.0:
+        return None
+    return (float(per_item.mean()) - chance) / (1 - chance)
