@@ -344,18 +344,19 @@ def judge_run(
     log: Log,
     extra_judges: Sequence[ModelConfig] = (),
 ) -> list[QueryRecord]:
-    """Verdicts for every answer of the run that has none yet, from the primary judge and each
-    of `extra_judges`, through `engine` (under its limiters). Returns the slice's records
+    """Verdicts for every answer of the run that has none yet, from the primary judge (every
+    judge of a panel, `judge.models`) and each of `extra_judges`, through `engine` (under its
+    limiters). Returns the slice's records
     (without trajectories or rankings: the judge reads the answers only)."""
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     primary = config.judge_model()
     with RunStore(run_dir, config, log=log) as store:
         records = _answers(store, wanted)
-        for model in (primary, *(m for m in extra_judges if m.name != primary.name)):
-            judged = config.model_copy(
-                update={"judge": config.judge.model_copy(update={"model": model})}
-            )
+        judges = {m.name: m for m in (primary, *config.judge.models, *extra_judges)}
+        for model in judges.values():  # the run's own judge (or panel) first, each once
+            one = config.judge.model_copy(update={"model": model, "models": []})
+            judged = config.model_copy(update={"judge": one})
             preflight_judge(judged)
             engine.judge(judged, store, records, wanted, log)
     return records
@@ -398,6 +399,13 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         judgements = store.judgements(primary.name)
         others = [m for m in store.judge_models() if m != primary.name]
         verdicts = {name: store.judgements(name) for name in others} | {primary.name: judgements}
+        panel = None
+        if config.judge.models:  # the run's verdict is the panel's majority
+            from piserini_ray.report.panel import panel_summary, panel_verdicts
+
+            names = [m.name for m in config.judge.models]
+            judgements = panel_verdicts(verdicts, names, config.judge.panel_ties)
+            panel = panel_summary(verdicts, names, config.judge.panel_ties)
         records = _answers(store, wanted)
         answers = {r.query_id: r.exact_answer for r in records}
         queries = [q for q in wanted.values() if q.query_id in answers]
@@ -410,7 +418,7 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         pricing = pricing_for(config)
         metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
         viewer.write_index(facts, pricing.price(config.model.name))
-    metrics = metrics.model_copy(update={"judge_agreement": agreement})
+    metrics = metrics.model_copy(update={"judge_agreement": agreement, "panel": panel})
     write_run_reports(metrics, Path(run_dir), viewer=True)
     return metrics
 

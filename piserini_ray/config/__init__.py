@@ -552,13 +552,30 @@ class JudgeConfig(StrictModel):
 
     # Not identity: judging is after the run: a second judge adds verdicts to the same run.
     IDENTITY = ()
-    NOT_IDENTITY = ("model", "max_parse_retries", "concurrency", "seed")
+    NOT_IDENTITY = ("model", "models", "panel_ties", "max_parse_retries", "concurrency", "seed")
 
     model: ModelConfig | None = None
+    #: A panel: every answer is judged by each of these models and the verdict is their
+    #: majority (`report/panel.py`); the first is the run's own judge. Empty: `model` alone.
+    models: list[ModelConfig] = Field(default_factory=list)
+    #: What a tied panel counts as (it is flagged in the report either way).
+    panel_ties: Literal["incorrect", "correct"] = "incorrect"
     #: Extra calls when a reply does not parse as a complete judgement.
     max_parse_retries: int = Field(2, ge=0)
     concurrency: int = Field(16, ge=1)
     seed: int = 0  # bootstrap intervals of the report
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_judge(self) -> JudgeConfig:
+        if self.models and self.model is not None:
+            raise ValueError(
+                "set judge.model (one judge) or judge.models (a panel), not both: the panel's "
+                "first model is the run's own judge"
+            )
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"judge.models names a model twice: {names}")
+        return self
 
 
 class PricingConfig(StrictModel):
@@ -638,6 +655,8 @@ class RunConfig(StrictModel):
     pricing: PricingConfig = PricingConfig()
 
     def judge_model(self) -> ModelConfig:
+        if self.judge.models:
+            return self.judge.models[0]
         if self.judge.model is not None:
             return self.judge.model
         if self.benchmark.source == "sample" or self.model.is_offline:

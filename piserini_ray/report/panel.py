@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from piserini_ray.metrics.paired import fleiss_kappa
 from piserini_ray.records import Judgement, Usage
+from piserini_ray.report._format import percent
 
 Ties = Literal["incorrect", "correct"]
 
@@ -95,3 +96,22 @@ def panel_summary(
         ties=[q for q in shared if (panel[q].reasoning or "").startswith("tie")],
         split=[q for q, row in zip(shared, table, strict=True) if len(set(row)) > 1],
     )
+
+
+def panel_markdown(panel: PanelSummary) -> str:
+    kappa = "n/a" if panel.fleiss_kappa is None else f"{panel.fleiss_kappa:.3f}"
+    lines = [
+        "### Judge panel",
+        "",
+        f"The run's verdict is the majority of {len(panel.judges)} judges (a tie counts as "
+        f"{panel.ties_count_as} and is flagged). Over the {panel.queries} queries every judge "
+        f"judged: Fleiss' κ {kappa}; {len(panel.split)} answers split the judges, "
+        f"{len(panel.ties)} of them tied.",
+        "",
+        "| judge | accuracy % |",
+        "|---|---:|",
+        *(f"| {judge} | {percent(acc)} |" for judge, acc in panel.accuracy.items()),
+    ]
+    if panel.split:
+        lines += ["", "Split answers: " + ", ".join(panel.split[:50])]
+    return "\n".join(lines) + "\n"

@@ -84,3 +84,33 @@ def test_the_panel_verdict_is_the_majority_and_ties_are_flagged(ties: str) -> No
         assert summary.accuracy[judge] == pytest.approx(sum(r[i] for r in table) / len(table))
     majority = [sum(r) >= 2 for r in table]
     assert summary.accuracy[panel_name(JUDGES)] == pytest.approx(sum(majority) / len(majority))
+
+
+def test_three_offline_judges_judge_a_run_as_a_panel(finished_run, tmp_path) -> None:
+    """The exact, strict and lenient offline judges each judge every answer of a run (its copy,
+    so the shared run is left alone); the run's accuracy is their majority, computed here from
+    the verdicts they wrote."""
+    import shutil
+
+    from piserini_ray.config import ModelConfig
+    from piserini_ray.pipeline import make_engine, report_runs
+    from piserini_ray.store import RunStore
+
+    source, config = finished_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    names = ["offline/exact-match-judge", "offline/strict-judge", "offline/lenient-judge"]
+    judge = config.judge.model_copy(update={"models": [ModelConfig(name=n) for n in names]})
+    panel_config = config.model_copy(update={"judge": judge})
+    report = report_runs([(panel_config, run_dir)], lambda _m: None, make_engine("local"))
+    (metrics,) = report.metrics
+    with RunStore(run_dir, panel_config) as store:
+        verdicts = {n: store.judgements(n) for n in names}
+    assert all(len(v) == 12 for v in verdicts.values())
+    majority = {
+        q: sum(bool(verdicts[n][q].correct) for n in names) >= 2 for q in verdicts[names[0]]
+    }
+    assert metrics.panel is not None and metrics.panel.queries == 12
+    assert metrics.accuracy.value == pytest.approx(sum(majority.values()) / 12)
+    assert metrics.panel.accuracy[panel_name(names)] == metrics.accuracy.value
+    assert "### Judge panel" in (run_dir / "report.md").read_text()
