@@ -1,5 +1,6 @@
 """A live progress line: done / running / waiting on the limiter / failed / timeouts, tokens and
-cost so far. Redrawn in place on a terminal, printed every few seconds otherwise (logs, CI)."""
+cost so far (with the part estimated for calls cut at the budget or failed after sending).
+Redrawn in place on a terminal, printed every few seconds otherwise (logs, CI)."""
 
 from __future__ import annotations
 
@@ -21,29 +22,42 @@ class Progress:
         self.usage = Usage()
         self.cost = 0.0
         self.cost_known = True
+        #: Of `cost`, the estimate for calls no provider reported (their prompts).
+        self.estimated_cost = 0.0
         self.running = 0
         self.waiting = 0
         self.started = time.monotonic()
         self._last = 0.0
 
-    def record(self, status: str, usage: Usage, cost: float | None) -> None:
+    def record(
+        self, status: str, usage: Usage, cost: float | None, estimated_cost: float = 0.0
+    ) -> None:
+        """A query ended: its status, usage and cost (None: unpriced), and of that cost the
+        part estimated for its calls cut at the budget or failed after sending."""
         self.statuses[status] += 1
         self.usage = self.usage + usage
         if cost is None:
             self.cost_known = False
         else:
             self.cost += cost
+            self.estimated_cost += estimated_cost
 
     def line(self) -> str:
         done = sum(self.statuses.values())
         width = 24
         filled = int(width * done / max(1, self.total))
         cost = f"${self.cost:,.2f}" if self.cost_known else f"${self.cost:,.2f}+ (some unpriced)"
+        if self.estimated_cost:
+            cost += f" (${self.estimated_cost:,.2f} estimated)"
+        estimated = self.usage.estimated_input_tokens
+        tokens = f"{self.usage.input_tokens + self.usage.output_tokens:,}" + (
+            f" ({estimated:,} estimated)" if estimated else ""
+        )
         return (
             f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} done | "
             f"running {self.running} | waiting on limiter {self.waiting} | "
             f"failed {self.statuses['failed']} | timeouts {self.statuses['timeout']} | "
-            f"tokens {self.usage.input_tokens + self.usage.output_tokens:,} | cost {cost} | "
+            f"tokens {tokens} | cost {cost} | "
             f"{time.monotonic() - self.started:,.0f} s"
         )
 

@@ -19,6 +19,11 @@ class Usage(BaseModel):
     cache_write_tokens: int = 0
     #: Output tokens spent on hidden reasoning, where reported (already inside output_tokens).
     reasoning_tokens: int = 0
+    #: Input tokens no provider reported: the prompts of calls cut at the budget or failed
+    #: after they were sent, counted locally (`Turn.estimate_method` says how). Already inside
+    #: `input_tokens` and priced as uncached input, so every cost counts them; this says how
+    #: much of the input (and of the cost) is an estimate.
+    estimated_input_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f: getattr(self, f) + getattr(other, f) for f in Usage.model_fields})
@@ -51,7 +56,14 @@ class Turn(BaseModel):
     waited_seconds: float = 0.0
     attempts: int = 1
     retries: list[str] = Field(default_factory=list)
-    usage_reported: bool = True  # False: the reply had no usage block
+    usage_reported: bool = True  # False: no usage came back (no usage block, or no reply)
+    #: The call was cut at the budget or failed after it was sent: no usage came back, but the
+    #: provider received the request (and may bill it), so `usage` holds its prompt, counted
+    #: locally (`usage.estimated_input_tokens`); what it may have generated stays unknown.
+    usage_estimated: bool = False
+    #: How the estimated prompt was counted: `tokenizer <name>` (litellm's tokenizer of the
+    #: model) or `ratio <r>` (characters / 4, scaled by the provider's last reported count).
+    estimate_method: str | None = None
     started_at_charged: float = 0.0
     steered: bool = False  # the steer message was added before this turn
 
@@ -100,6 +112,9 @@ class QueryRecord(BaseModel):
     #: Model calls whose reply carried no usage block: their tokens are unknown, so the
     #: record's usage (and any cost) is a lower bound.
     calls_without_usage: int = 0
+    #: Model calls cut at the budget or failed after they were sent, whose prompt tokens are
+    #: estimated in `usage` (`usage.estimated_input_tokens`; `Turn.usage_estimated`).
+    calls_usage_estimated: int = 0
     #: Every search's whole ranking (`store.records()` leaves them out unless asked).
     rankings: list[RankingLog] = Field(default_factory=list)
     #: Full texts of truncated tool outputs by spill file name; the store writes them to

@@ -4,8 +4,10 @@ The loop alternates model calls and tool calls over an append-only message histo
 runs beside it on the budget clock: at floor(0.7 T) of charged time it blocks the tools (from
 that instant) and asks the loop to add the steer message at the next turn boundary; at T it
 cancels the loop wherever it is, an in-flight model call included, and the query ends as
-`timeout`. With `termination: iterations` (or `both`), a cap on model turns applies instead of
-(or as well as) the clock; reaching it ends the query as `timeout` too.
+`timeout`. A call cut there, or failed for good after it was sent, keeps the prompt of its last
+request as an estimate (`Turn.usage_estimated`): the provider bills what it received. With
+`termination: iterations` (or `both`), a cap on model turns applies instead of (or as well as)
+the clock; reaching it ends the query as `timeout` too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from piserini_ray.agent.prompt import STEER_MESSAGE, SYSTEM_PROMPT, question_mes
 from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
 from piserini_ray.errors import InfrastructureError, ProviderRefused
-from piserini_ray.llm.client import Completion, LLMClient
+from piserini_ray.llm.client import CallTrace, Completion, LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import (
     QueryRecord,
@@ -160,7 +162,8 @@ def build_record(
         turns=len(turns),
         tool_call_counts=dict(Counter(c.name for t in turns for c in t.tool_calls)),
         usage=sum((t.usage for t in turns), Usage()),
-        calls_without_usage=sum(1 for t in turns if not t.usage_reported),
+        calls_without_usage=sum(1 for t in turns if not t.usage_reported and not t.usage_estimated),
+        calls_usage_estimated=sum(1 for t in turns if t.usage_estimated),
         charged_seconds=round(timing.charged, 4),
         waited_seconds=round(timing.waited, 4),
         wall_seconds=round(timing.wall, 4),
@@ -264,12 +267,13 @@ class _QueryRun:
         return turn
 
     async def model_turn(self, turn: Turn) -> Completion:
+        trace = CallTrace()
         try:
-            completion = await self.client.complete(self.messages, self.tools, waits=self.clock)
-        except RetryError as e:  # the turn shows every attempt the call made
-            turn.attempts, turn.retries = e.attempts, e.failures
-            turn.model_seconds = round(e.model_seconds, 4)
-            turn.waited_seconds = round(e.waited_seconds, 4)
+            completion = await self.client.complete(
+                self.messages, self.tools, waits=self.clock, trace=trace
+            )
+        except (RetryError, asyncio.CancelledError):  # failed for good, or cut at the budget
+            cut_call(turn, trace)
             raise
         self.messages.append(completion.message)
         turn.usage_reported = completion.usage_reported
@@ -313,6 +317,20 @@ class _QueryRun:
             {"role": "tool", "tool_call_id": call.get("id"), "content": result.output}
         )
         self.emit("tool", record.model_dump())
+
+
+def cut_call(turn: Turn, trace: CallTrace) -> None:
+    """The turn of a call that ended without a reply (failed for good, or cancelled at the
+    budget): every attempt it made, and, when its last request reached the provider, that
+    request's prompt as estimated (`CallTrace.estimate`): providers bill what they received."""
+    turn.attempts, turn.retries = trace.attempts, list(trace.failures)
+    turn.model_seconds = round(trace.model_seconds, 4)
+    turn.waited_seconds = round(trace.waited_seconds, 4)
+    if trace.estimate is not None:
+        turn.usage = trace.estimate
+        turn.usage_reported = False
+        turn.usage_estimated = True
+        turn.estimate_method = trace.estimate_method
 
 
 async def run_query(

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import os
 import random
+import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -33,7 +34,12 @@ from piserini_ray.llm.retry import (
     retrying,
 )
 from piserini_ray.llm.secrets import scrub
-from piserini_ray.llm.usage import usage_from_response, usage_reported
+from piserini_ray.llm.usage import (
+    character_estimate,
+    count_prompt,
+    usage_from_response,
+    usage_reported,
+)
 from piserini_ray.records import Usage
 
 litellm.suppress_debug_info = True
@@ -88,6 +94,79 @@ class Completion:
     reasoning: str | None = None  # the reasoning text the provider returned, if any
 
 
+@dataclass
+class CallTrace:
+    """One call as it goes, kept up to date for a caller that may cancel it (the agent's
+    budget) or see it fail: what it went through, and, when it ended with no usage after its
+    request reached the provider, that request's prompt as counted here (`estimate`)."""
+
+    attempts: int = 0
+    model_seconds: float = 0.0  # time inside HTTP attempts
+    waited_seconds: float = 0.0  # back-off and limiter time
+    failures: list[str] = field(default_factory=list)
+    #: The last request that went out is with the provider (cut in flight), or failed there
+    #: (`reached_provider`: a server error, an error object in its reply, a time-out or a
+    #: connection lost after sending), and no usage came back for it: it may be billed.
+    unreported: bool = False
+    #: That request's prompt tokens (`input_tokens` = `estimated_input_tokens`), priced as
+    #: input; set when the call was cut or failed with `unreported` true.
+    estimate: Usage | None = None
+    #: How `estimate` was counted: `tokenizer <name>` or `ratio <r>` (see `LLMClient`).
+    estimate_method: str | None = None
+
+
+def reached_provider(exc: BaseException, failure: Failure, sent: bool) -> bool:
+    """Whether a failed attempt's request got to the provider, which may bill it: a transient
+    failure (a 5xx or 529, an error object in a 200, a time-out waiting for the reply, a
+    connection lost after sending) of a request that went out (litellm said it sends it, `sent`;
+    or a reply came back; or the failure is one of waiting for a reply). A rate limit, a quota
+    and a client error (400-404) were refused at the door; a connection that never opened, or
+    a failure on this side before sending, delivered nothing."""
+    if failure.kind is not FailureKind.TRANSIENT:
+        return False
+    import httpx
+    import openai
+
+    never_delivered: tuple[type[BaseException], ...] = (
+        httpx.ConnectError,
+        httpx.ConnectTimeout,
+        httpx.PoolTimeout,
+        ConnectionRefusedError,
+        socket.gaierror,
+    )
+    awaiting_reply: tuple[type[BaseException], ...] = (
+        httpx.ReadTimeout,
+        httpx.ReadError,
+        httpx.RemoteProtocolError,
+        openai.APITimeoutError,
+        TimeoutError,
+        ConnectionResetError,
+    )
+    went_out = sent or failure.status is not None
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo and len(seen) < 32:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        name = type(error).__name__  # aiohttp's (litellm's transport), not imported here
+        if isinstance(error, never_delivered) or name == "ClientConnectorError":
+            return False
+        if isinstance(error, awaiting_reply) or name in _AIOHTTP_AWAITING_REPLY:
+            went_out = True
+        for nxt in (getattr(error, "original_exception", None), error.__cause__, error.__context__):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    return went_out
+
+
+#: aiohttp's failures while waiting for a reply to a request it sent.
+_AIOHTTP_AWAITING_REPLY = frozenset(
+    {"ServerDisconnectedError", "ServerTimeoutError", "SocketTimeoutError", "ClientPayloadError"}
+)
+
+
 class LLMClient:
     def __init__(
         self,
@@ -102,6 +181,10 @@ class LLMClient:
         self.api_base = api_base or model.api_base
         self.limiter = limiter
         self._rng = random.Random(seed)
+        #: The provider's prompt tokens per locally estimated one (`character_estimate`), as its
+        #: last reported call gave them: the estimate of an unreported prompt for a model that
+        #: litellm has no local tokenizer for. None until a call reports usage.
+        self.prompt_ratio: float | None = None
 
     def _api_key(self) -> str | None:
         name = self.model.api_key_env
@@ -167,8 +250,15 @@ class LLMClient:
         waits: WaitTracker | None = None,
         response_format: dict[str, Any] | None = None,
         estimated_tokens: int = 0,
+        trace: CallTrace | None = None,
     ) -> Completion:
-        """One logical call with classified retries. Raises `RetryError` when it fails for good."""
+        """One logical call with classified retries. Raises `RetryError` when it fails for good.
+
+        `trace` follows the call as it goes. A call that is cancelled, or fails for good, after
+        its last request reached the provider (`reached_provider`) with no usage back leaves
+        that request's prompt in `trace.estimate`: counted with the model's tokenizer where
+        litellm ships one (`usage.count_prompt`), else the characters / 4 of the request scaled
+        by the provider's last reported ratio (`prompt_ratio`)."""
         api_key = self._api_key()
         params = self._params()
         if tools:
@@ -178,9 +268,9 @@ class LLMClient:
         tracker = waits or _NoTracker()
         # Quotas count tokens before the provider does: ~4 characters a token is close enough.
         estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
-        model_seconds = waited = 0.0
-        failures: list[str] = []
-        attempts = 0
+        baseline = character_estimate(messages, tools)  # what `prompt_ratio` scales
+        call = trace if trace is not None else CallTrace()
+        failures = call.failures
 
         def on_wait(seconds: float, failure: Failure) -> None:
             failures.append(
@@ -189,15 +279,13 @@ class LLMClient:
             )
 
         async def sleep(seconds: float) -> None:
-            nonlocal waited
             started = time.monotonic()
             with tracker.waiting(seconds, "back-off"):
                 await asyncio.sleep(seconds)
-            waited += time.monotonic() - started
+            call.waited_seconds += time.monotonic() - started
 
         async def attempt() -> Any:
-            nonlocal model_seconds, attempts, waited
-            attempts += 1
+            call.attempts += 1
             ticket = ""
             if self.limiter is not None:
                 started = time.monotonic()
@@ -205,26 +293,47 @@ class LLMClient:
                     ticket = await self.limiter.acquire(
                         estimated_tokens, self.model.max_output_tokens
                     )
-                waited += time.monotonic() - started
+                call.waited_seconds += time.monotonic() - started
             started = time.monotonic()
             failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
             used: tuple[int, int] | None = None
             logged: list[object] = []  # the raw reply litellm logs before parsing it
+            sent = False
+
+            def on_send() -> None:  # litellm's `pre_api_call`: the request goes out now
+                nonlocal sent
+                sent = True
+
             try:
                 response = await litellm.acompletion(
-                    messages=messages, api_key=api_key, **params, logger_fn=_reply_log(logged)
+                    messages=messages,
+                    api_key=api_key,
+                    **params,
+                    logger_fn=_reply_log(logged, on_send),
                 )
                 failure = None
+                call.unreported = False  # its usage is the reply's (or, if none, unknown)
                 if usage_reported(response):
                     usage = usage_from_response(response)
                     used = (usage.input_tokens, usage.output_tokens)
+                    self.prompt_ratio = usage.input_tokens / baseline
+            except asyncio.CancelledError:
+                # Cut in flight (the budget): litellm sends within milliseconds of the call (a
+                # route's `pre_api_call` is not always reported: the Responses bridge's is not),
+                # so the provider has the request and may bill it.
+                call.unreported = True
+                raise
             except Exception as exc:
                 if logged:  # a 200 whose body is an error object: the body decides
                     note_reply_body(exc, logged[-1])
                 failure = classify(exc)
+                if reached_provider(exc, failure, sent):
+                    call.unreported = True
+                elif sent or failure.status is not None:  # this request was refused
+                    call.unreported = False
                 raise
             finally:
-                model_seconds += time.monotonic() - started
+                call.model_seconds += time.monotonic() - started
                 if self.limiter is not None:  # also when cancelled: the slot must come back
                     self.limiter.report(ticket, failure, used)
             return response
@@ -235,20 +344,68 @@ class LLMClient:
                     response = await attempt()
         except InfrastructureError:
             raise  # the scheduler re-runs the query; it is no failure of the call
+        except asyncio.CancelledError:  # cut (the budget): the provider bills what it received
+            await self._estimate(call, messages, tools, baseline)
+            raise
         except Exception as exc:
             failure = classify(exc)
             scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
-            raise RetryError(scrubbed, attempts, failures, model_seconds, waited) from None
-        return _completion(response, model_seconds, waited, attempts, failures, self.provider)
+            await self._estimate(call, messages, tools, baseline)
+            raise RetryError(
+                scrubbed, call.attempts, failures, call.model_seconds, call.waited_seconds
+            ) from None
+        return _completion(
+            response,
+            call.model_seconds,
+            call.waited_seconds,
+            call.attempts,
+            failures,
+            self.provider,
+        )
+
+    async def _estimate(
+        self,
+        call: CallTrace,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        baseline: int,
+    ) -> None:
+        """Put on `call` the prompt of its last request when the provider received it and
+        reported nothing: the model's tokenizer where litellm ships one (counted in a thread:
+        loading a tokenizer the first time takes a second), else the provider's last ratio."""
+        if not call.unreported:
+            return
+        ratio = self.prompt_ratio
+        tokens = max(1, round(baseline * (ratio or 1.0)))
+        # Set first, so that a cancel while the tokenizer counts still leaves an estimate.
+        call.estimate = Usage(input_tokens=tokens, estimated_input_tokens=tokens)
+        call.estimate_method = (
+            f"ratio {ratio:.3f} x characters / 4 (the provider's last reported count)"
+            if ratio is not None
+            else "characters / 4 (no call of this client reported usage yet)"
+        )
+        counted = await asyncio.to_thread(
+            count_prompt, self.model.resolved_litellm_model(), list(messages), tools
+        )
+        if counted is not None:
+            tokens, call.estimate_method = counted
+            call.estimate = Usage(input_tokens=tokens, estimated_input_tokens=tokens)
 
 
-def _reply_log(logged: list[object]) -> Callable[[dict[str, Any]], None]:
+def _reply_log(
+    logged: list[object], on_send: Callable[[], None] | None = None
+) -> Callable[[dict[str, Any]], None]:
     """litellm's `logger_fn`: it is handed the provider's raw reply after the HTTP call and
     before the reply is parsed, which is the only place the body of a 200 carrying an error
-    object is seen whole (litellm then raises with its message alone)."""
+    object is seen whole (litellm then raises with its message alone). `on_send` is called at
+    litellm's `pre_api_call`, just before the request goes out (after everything that can
+    fail on this side: the request's translation, the SDK client and its key)."""
 
     def log(details: dict[str, Any]) -> None:
-        if details.get("log_event_type") == "post_api_call":
+        event = details.get("log_event_type")
+        if event == "pre_api_call" and on_send is not None:
+            on_send()
+        elif event == "post_api_call":
             logged[:] = [details.get("original_response")]
 
     return log

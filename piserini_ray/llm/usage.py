@@ -1,8 +1,15 @@
-"""Token usage of one call, as providers report it (OpenAI and Anthropic field names)."""
+"""Token usage of one call, as providers report it (OpenAI and Anthropic field names), and the
+local count of a prompt no provider reported (a call cut at the budget or failed after it was
+sent): with the model's own tokenizer where litellm ships one, never downloading one."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import os
 from typing import Any
+
+import orjson
 
 from piserini_ray.records import Usage
 
@@ -41,3 +48,89 @@ def usage_reported(response: Any) -> bool:
     real call always counts some prompt tokens, so all-zero means "not reported"."""
     usage = usage_from_response(response)
     return usage.input_tokens > 0 or usage.output_tokens > 0
+
+
+# ---------------------------------------------------------------- prompts no provider counted
+
+#: tiktoken's files for the encodings litellm ships in `litellm_core_utils/tokenizers`.
+_TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
+
+
+def bare_model(litellm_model: str) -> str:
+    """The model's name without its litellm route (`openai/gpt-5` -> `gpt-5`), the form
+    litellm's tokenizer tables know."""
+    import litellm
+
+    try:
+        return str(litellm.get_llm_provider(litellm_model)[0])
+    except Exception:  # an unknown route: the name as it is
+        return litellm_model
+
+
+def local_tokenizer(litellm_model: str) -> str | None:
+    """The tokenizer `litellm.token_counter` uses for the model when it is the model's own and
+    one litellm ships with the package, so that counting never downloads: Anthropic's (its
+    bundled JSON) or the tiktoken encoding of an OpenAI model whose file is on disk. None
+    otherwise: a model litellm does not know (it would count with a stand-in), or one whose
+    tokenizer it would fetch from the Hugging Face hub (Llama, Command R)."""
+    import litellm
+    from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding_name
+    from litellm.utils import huggingface_tokenizer_kind
+
+    if litellm.disable_token_counter:
+        return None
+    model = bare_model(litellm_model)
+    kind = huggingface_tokenizer_kind(model)
+    if kind == "anthropic":
+        # litellm counts with it only with `tokenizers` installed and HF tokenizers allowed
+        # (else it falls back to tiktoken's cl100k_base, which is no Claude tokenizer).
+        usable = not litellm.disable_hf_tokenizer_download
+        return "anthropic" if usable and importlib.util.find_spec("tokenizers") else None
+    if kind is not None or model not in litellm.open_ai_chat_completion_models:
+        return None
+    name = openai_tokenizer_encoding_name(model)
+    return name if _tiktoken_on_disk(name) else None
+
+
+def _tiktoken_on_disk(name: str) -> bool:
+    """Whether tiktoken will read encoding `name` from disk (an encoding it loaded already, or
+    its file in the cache directory litellm points it at) instead of downloading it."""
+    # litellm's module that points TIKTOKEN_CACHE_DIR at its bundled files (unless the user
+    # chose a directory with CUSTOM_TIKTOKEN_CACHE_DIR): the directory tiktoken then reads.
+    import litellm.litellm_core_utils.default_encoding  # noqa: F401
+    import tiktoken.registry
+
+    if name in getattr(tiktoken.registry, "ENCODINGS", {}):
+        return True
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR")
+    key = hashlib.sha1(_TIKTOKEN_URL.format(name).encode()).hexdigest()
+    return bool(folder) and os.path.isfile(os.path.join(folder or "", key))
+
+
+def count_prompt(
+    litellm_model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[int, str] | None:
+    """(prompt tokens, `tokenizer <name>`) counted by `litellm.token_counter` with the model's
+    own tokenizer, messages and tool definitions as litellm prices them; None when litellm has
+    no local tokenizer for the model (`local_tokenizer`) or cannot count this prompt."""
+    name = local_tokenizer(litellm_model)
+    if name is None:
+        return None
+    import litellm
+
+    try:
+        tokens = litellm.token_counter(
+            model=bare_model(litellm_model),
+            messages=messages,
+            tools=tools or None,  # type: ignore[arg-type]  # litellm types them as TypedDicts
+            use_default_image_token_count=True,  # never fetch an image to measure it
+        )
+    except Exception:
+        return None
+    return (int(tokens), f"tokenizer {name}") if tokens > 0 else None
+
+
+def character_estimate(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """A prompt's tokens at about 4 characters a token (its JSON: messages and tools), the
+    base that a provider's reported counts scale (`LLMClient.prompt_ratio`)."""
+    return max(1, (len(orjson.dumps(messages)) + len(orjson.dumps(tools or []))) // 4)

@@ -1,4 +1,9 @@
-"""USD cost of token usage from a pricing table (SPEC §8): uncached input = input − cached."""
+"""USD cost of token usage from a pricing table (SPEC §8): uncached input = input − cached.
+
+Input counts the prompts of calls cut at the budget or failed after they were sent too (their
+`Usage.estimated_input_tokens`, counted locally since no provider reported them): the provider
+bills a request it received, so they are priced as uncached input in every cost, and
+`estimated_cost` says how much of a cost they are."""
 
 from __future__ import annotations
 
@@ -29,6 +34,26 @@ class Price(BaseModel):
             + usage.cache_write_tokens * write_price
             + usage.output_tokens * self.output
         ) / 1_000_000
+
+    def estimated_cost(self, usage: Usage) -> float:
+        """The part of `cost(usage)` that is estimated: the prompts no provider reported
+        (`usage.estimated_input_tokens`), at the input price."""
+        return usage.estimated_input_tokens * self.input / 1_000_000
+
+
+def cost_text(cost: float | None, estimated: float | None, calls: int, digits: int = 4) -> str:
+    """A run's cost in words: `$X`, and when calls were cut or failed after sending, `$X (of
+    which $Y estimated for N calls cut at the budget or failed after sending)`; "not priced"
+    without a price."""
+    if cost is None:
+        return "not priced"
+    text = f"${cost:,.{digits}f}"
+    if calls:
+        text += (
+            f" (of which ${estimated or 0.0:,.{digits}f} estimated for {calls} "
+            f"call{'s' if calls != 1 else ''} cut at the budget or failed after sending)"
+        )
+    return text
 
 
 class PricingTable(BaseModel):
@@ -134,13 +159,23 @@ class CostGuard:
     calls, resumed records included) plus the projected cost of the queries in flight and the
     one about to start would pass the cap. A query's projected cost is the mean of those done
     (nothing before the first one ends), so a run stops within about one query of the cap. It
-    also halts the run when the provider refuses its calls (`halt`)."""
+    also halts the run when the provider refuses its calls (`halt`). Spend includes the
+    estimated prompts of calls cut at the budget or failed after sending (`estimated`)."""
 
-    def __init__(self, cap: float | None, price: Price | None, spent: float = 0.0, done: int = 0):
+    def __init__(
+        self,
+        cap: float | None,
+        price: Price | None,
+        spent: float = 0.0,
+        done: int = 0,
+        estimated: float = 0.0,
+    ):
         self.cap = cap
         self.price = price
         self.spent = spent
         self.done = done
+        #: Of `spent`, the estimate for calls no provider reported (their prompts).
+        self.estimated = estimated
         self.refused = 0  # queries not started because of the cap
         self.halted: str | None = None  # the provider refused the run: nothing more starts
 
@@ -163,6 +198,7 @@ class CostGuard:
     def finished(self, usage: Usage) -> None:
         if self.price is not None:
             self.spent += self.price.cost(usage)
+            self.estimated += self.price.estimated_cost(usage)
         self.done += 1
 
     def stop_reason(self) -> str | None:
@@ -173,7 +209,14 @@ class CostGuard:
             )
         if not self.refused:
             return None
+        estimated = (
+            f" (of which ${self.estimated:.4f} estimated for calls cut at the budget or failed "
+            "after sending)"
+            if self.estimated
+            else ""
+        )
         return (
-            f"cost cap: ${self.spent:.4f} spent of pricing.max_cost_usd ${self.cap:g}; "
+            f"cost cap: ${self.spent:.4f} spent{estimated} of pricing.max_cost_usd "
+            f"${self.cap:g}; "
             f"{self.refused} queries not started (resume with a higher cap to run them)"
         )

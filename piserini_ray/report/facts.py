@@ -29,6 +29,8 @@ class QueryFacts(BaseModel):
     depth: dict[str, dict[int, tuple[int, int] | None]]  # kind -> k -> (hits, relevant)
     usage: Usage
     calls_without_usage: int = 0
+    #: Calls cut at the budget or failed after sending: their prompts are estimated in `usage`.
+    calls_usage_estimated: int = 0
     tool_calls: dict[str, int]
     # For the budget and termination analysis (`report/budget.py`):
     turns: int = 0
@@ -76,6 +78,7 @@ def query_facts(
         depth={kind: depth_hits(record.query_id, rankings, table) for kind, table in qrels.items()},
         usage=record.usage,
         calls_without_usage=record.calls_without_usage,
+        calls_usage_estimated=record.calls_usage_estimated,
         tool_calls=record.tool_call_counts,
         turns=record.turns if record.turns is not None else len(record.trajectory),
         charged_seconds=record.charged_seconds,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from piserini_ray.metrics.cost import cost_text
 from piserini_ray.report.agreement import agreement_markdown
 from piserini_ray.report.budget import budget_markdown
 from piserini_ray.report.metrics import Estimate, RunMetrics
@@ -30,6 +31,13 @@ def _bm25(m: RunMetrics) -> str:
 
 def _num(value: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if value is None else fmt.format(value)
+
+
+def _cost(m: RunMetrics) -> str:
+    """The run's cost, with the part estimated for calls cut or failed after sending."""
+    if m.cost_usd is None:
+        return "n/a"
+    return cost_text(m.cost_usd, m.cost_estimated_usd, m.calls_usage_estimated)
 
 
 def backends_markdown(runs: Sequence[RunMetrics]) -> list[str]:
@@ -144,7 +152,7 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             + f". Tokens: {m.tokens_total.input_tokens:,} in ({m.tokens_total.cached_tokens:,} "
             f"cached, ratio {100 * m.cached_token_ratio:.1f} %), "
             f"{m.tokens_total.output_tokens:,} out; median per query "
-            f"{m.tokens_median_per_query:,.0f}. Cost {_num(m.cost_usd, '${:,.4f}')} "
+            f"{m.tokens_median_per_query:,.0f}. Cost {_cost(m)} "
             f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}.",
         ]
         if m.calls_without_usage:

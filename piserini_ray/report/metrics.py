@@ -86,7 +86,14 @@ class RunMetrics(BaseModel):
     tokens_total: Usage
     tokens_median_per_query: float
     cached_token_ratio: float
+    #: USD of the agent's calls, the estimated prompts of calls no provider reported included.
     cost_usd: float | None
+    #: Of `cost_usd`, the estimate for the calls cut at the budget or failed after sending
+    #: (`calls_usage_estimated`): their prompts, counted locally and priced as input.
+    cost_estimated_usd: float | None = None
+    #: Model calls cut at the budget or failed after they were sent (the provider received them
+    #: and may bill them; no usage came back): their prompt tokens are estimated.
+    calls_usage_estimated: int = 0
     #: Model calls whose reply had no usage block: while above 0, cost is a lower bound.
     calls_without_usage: int = 0
     judge_cost_usd: float | None
@@ -230,6 +237,10 @@ def aggregate(
         ),
         cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4),
         cost_usd=round(sum(price.cost(f.usage) for f in facts), 4) if price else None,
+        cost_estimated_usd=round(sum(price.estimated_cost(f.usage) for f in facts), 4)
+        if price
+        else None,
+        calls_usage_estimated=sum(f.calls_usage_estimated for f in facts),
         calls_without_usage=sum(f.calls_without_usage for f in facts),
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
         pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},

@@ -261,6 +261,7 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
         t.started_at_charged.toFixed(1) + " s: model " + t.model_seconds.toFixed(2) +
         " s, waited " + t.waited_seconds.toFixed(2) + " s, " + t.usage.input_tokens +
         " in / " + t.usage.output_tokens + " out tokens" +
+        (t.usage_estimated ? " (prompt estimated: " + t.estimate_method + ")" : "") +
         (t.attempts > 1 ? ", " + t.attempts + " attempts" : "")));
       t.retries.forEach(r => turn.appendChild(el("p", "retry: " + r, "retry")));
       if (t.model_output) turn.appendChild(el("pre", t.model_output, "model-output"));

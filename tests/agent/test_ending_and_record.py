@@ -73,11 +73,12 @@ def _turn(index: int, tools: list[str], usage: Usage, reported: bool = True) -> 
     return turn
 
 
-def _record(ending: Ending, cited: list[str]):
+def _record(ending: Ending, cited: list[str], extra: list[Turn] | None = None):
     turns = [
         _turn(1, ["search", "read_document"], Usage(input_tokens=100, output_tokens=10)),
         _turn(2, ["read_document"], Usage(input_tokens=150, output_tokens=5), reported=False),
         _turn(3, [], Usage(input_tokens=200, output_tokens=20, cached_tokens=80)),
+        *(extra or []),
     ]
     evidence = ToolEvidence(
         surfaced=["d1", "d2", "d3"],
@@ -130,3 +131,15 @@ def test_an_unfinished_record_keeps_no_answer_and_its_behavior_is_what_it_opened
     assert record.final_answer is None and record.exact_answer is None and record.cited == []
     assert record.behavior == ["d2", "d1"]
     assert record.error == "cut" and record.confidence == 80.0  # the parse is kept for analysis
+
+
+def test_an_estimated_call_is_counted_apart_from_a_reply_without_usage() -> None:
+    """A call cut at the budget keeps its estimated prompt in the record's usage and counts in
+    `calls_usage_estimated`; only a reply without usage (tokens unknown) is in
+    `calls_without_usage`."""
+    cut = _turn(4, [], Usage(input_tokens=300, estimated_input_tokens=300), reported=False)
+    cut.usage_estimated, cut.estimate_method = True, "tokenizer o200k_base"
+    record = _record(Ending("timeout", "budget"), cited=[], extra=[cut])
+    assert record.calls_usage_estimated == 1 and record.calls_without_usage == 1
+    assert record.usage.input_tokens == 750 and record.usage.estimated_input_tokens == 300
+    assert record.trajectory[-1].usage_estimated and record.turns == 4

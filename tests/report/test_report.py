@@ -183,3 +183,34 @@ def test_exports(tmp_path: Path) -> None:
     first, merged = export_trec({"q1": searches}, tmp_path / "trec", tag="t")
     assert first.read_text().splitlines() == ["q1 Q0 x 1 2 t", "q1 Q0 y 2 1 t"]
     assert [line.split()[2] for line in merged.read_text().splitlines()] == ["x", "y", "z"]
+
+
+def test_the_cost_says_how_much_of_it_is_estimated() -> None:
+    """Calls cut at the budget or failed after sending: their prompts are in the cost, and the
+    metrics and the report say how much of it is estimated, for how many calls."""
+    config = load_config(None, {"model.name": "gpt-5", "judge.model": {"name": "gpt-5.3-codex"}})
+    cut = Usage(input_tokens=400_000, estimated_input_tokens=400_000)
+    records = [
+        _record("q1", "completed", 90),
+        _record("q2", "timeout", 50).model_copy(
+            update={
+                "usage": Usage(input_tokens=1_000_000, cached_tokens=500_000, output_tokens=1000)
+                + cut,
+                "calls_usage_estimated": 2,
+            }
+        ),
+    ]
+    pricing = load_pricing()
+    m = compute_metrics(config, Path("/tmp/x"), _bench(), records, {}, {}, pricing)
+    price = pricing.price("gpt-5")
+    assert price is not None
+    assert m.cost_usd == pytest.approx(2 * (0.625 + 0.0625 + 0.01) + 0.5, abs=1e-4)
+    assert m.cost_estimated_usd == pytest.approx(0.4 * price.input, abs=1e-4) == 0.5
+    assert m.calls_usage_estimated == 2 and m.tokens_total.estimated_input_tokens == 400_000
+    text = markdown_report([m])
+    assert (
+        f"Cost ${m.cost_usd:,.4f} (of which $0.5000 estimated for 2 calls cut at the budget or "
+        "failed after sending)"
+    ) in text
+    plain = compute_metrics(config, Path("/tmp/x"), _bench(), records[:1], {}, {}, pricing)
+    assert plain.cost_estimated_usd == 0 and "estimated for" not in markdown_report([plain])
