@@ -431,7 +431,9 @@ def _print_summary(summary: RunSummary) -> None:
         f"(cached ratio {100 * data['cached_token_ratio']:.1f} %), median per query "
         f"{data['tokens_median_per_query']:,.0f}"
     )
-    cost = "not priced" if data["cost_usd"] is None else f"${data['cost_usd']:,.4f}"
+    from piserini_ray.metrics.cost import cost_text
+
+    cost = cost_text(data["cost_usd"], data["cost_estimated_usd"], data["calls_usage_estimated"])
     if data["calls_without_usage"]:
         cost += f" (a lower bound: {data['calls_without_usage']} calls reported no usage)"
     print(f"cost: {cost}")

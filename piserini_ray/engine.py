@@ -70,7 +70,9 @@ class PreparedRun:
             self.failures[_cause(record.error)] += 1
             self._apply_failure_policy()
         if progress is not None:
-            progress.record(record.status, record.usage, self.cost_of(record))
+            price = self.pricing.price(record.model)
+            estimated = price.estimated_cost(record.usage) if price else 0.0
+            progress.record(record.status, record.usage, self.cost_of(record), estimated)
 
     def stop_reason(self) -> str | None:
         """Why the run stopped before its todo list was done, if it did."""
@@ -118,6 +120,10 @@ class RunSummary(BaseModel):
     cost_usd: float | None
     #: Model calls whose reply had no usage block (cost is then a lower bound).
     calls_without_usage: int = 0
+    #: Of `cost_usd`, the estimate for calls cut at the budget or failed after sending.
+    cost_estimated_usd: float | None = None
+    #: Model calls cut at the budget or failed after sending (their prompt is estimated).
+    calls_usage_estimated: int = 0
     #: Why the run stopped before its todo list was done (the cost cap, a refusal, too many
     #: failures), if it did.
     stopped: str | None = None

@@ -169,6 +169,10 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
         cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
         cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
         calls_without_usage=sum(r.calls_without_usage for r in records),
+        cost_estimated_usd=round(sum(price.estimated_cost(r.usage) for r in records), 4)
+        if price
+        else None,
+        calls_usage_estimated=sum(r.calls_usage_estimated for r in records),
     )
 
 
@@ -260,8 +264,9 @@ def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> Co
     if cap is None or price is None:
         return CostGuard(None, price)
     usages = [r.usage for r in store.iter_records(trajectory=False)]
-    spent = sum(price.cost(u) for u in [*usages, *store.retried_usage()])  # retried: paid too
-    return CostGuard(cap, price, spent, len(usages))
+    paid = [*usages, *store.retried_usage()]  # retried records were paid too
+    spent, estimated = (sum(f(u) for u in paid) for f in (price.cost, price.estimated_cost))
+    return CostGuard(cap, price, spent, len(usages), estimated)
 
 
 def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:

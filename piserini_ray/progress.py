@@ -13,10 +13,11 @@ from piserini_ray.records import Usage
 
 
 class Progress:
-    def __init__(self, total: int, stream: TextIO = sys.stderr, every: float = 5.0) -> None:
+    def __init__(self, total: int, stream: TextIO | None = None, every: float = 5.0) -> None:
         self.total = total
-        self.stream = stream
-        self.live = stream.isatty()
+        # (Looked up now, not at import: a test's captured stderr is replaced between tests.)
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = self.stream.isatty()
         self.every = every
         self.statuses: Counter[str] = Counter()
         self.usage = Usage()

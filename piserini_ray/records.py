@@ -87,6 +87,9 @@ class QueryRecord(BaseModel):
     status: Status
     error: str | None = None
     termination: str | None = None  # why the loop ended: answer, budget, iterations, error
+    #: A failure that was not the query's fault (its node or replica was lost, the provider
+    #: stayed down through every retry): `resume` runs it again.
+    retryable: bool = False
     final_answer: str | None = None
     explanation: str | None = None
     exact_answer: str | None = None

@@ -26,7 +26,7 @@ from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
 from piserini_ray.errors import InfrastructureError, ProviderRefused
 from piserini_ray.llm.client import CallTrace, Completion, LLMClient
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.retry import FailureKind, RetryError
 from piserini_ray.records import (
     QueryRecord,
     RankingLog,
@@ -52,12 +52,15 @@ class _IterationCap(Exception):
 
 @dataclass(frozen=True)
 class Ending:
-    """How a query ended: its status, why (`answer`, `budget`, `iterations`, `error`), and the
-    error text of a failure or a cap."""
+    """How a query ended: its status, why (`answer`, `budget`, `iterations`, `error`), the
+    error text of a failure or a cap, and whether that failure was not the query's fault."""
 
     status: Status
     termination: str
     error: str | None = None
+    #: The provider stayed down (or kept refusing with 429s) through every retry: `resume`
+    #: runs the query again.
+    retryable: bool = False
 
 
 def ending_of(
@@ -81,7 +84,8 @@ def ending_of(
     if isinstance(exc, RetryError) and exc.failure.stops_run:
         raise ProviderRefused(scrub(str(exc))) from None
     if isinstance(exc, RetryError):
-        return Ending("failed", "error", str(exc))
+        outage = exc.failure.kind in (FailureKind.TRANSIENT, FailureKind.RATE_LIMIT)
+        return Ending("failed", "error", str(exc), retryable=outage)
     return Ending("failed", "error", scrub(f"{type(exc).__name__}: {exc}"))
 
 
@@ -152,6 +156,7 @@ def build_record(
         status=ending.status,
         error=ending.error,
         termination=ending.termination,
+        retryable=ending.retryable,
         final_answer=final if completed else None,
         explanation=parsed.explanation,
         exact_answer=parsed.exact_answer if completed else None,

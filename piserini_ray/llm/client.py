@@ -15,13 +15,14 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import litellm
 import orjson
+from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.errors import InfrastructureError
@@ -33,7 +34,7 @@ from piserini_ray.llm.retry import (
     note_reply_body,
     retrying,
 )
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.secrets import key_variable, scrub
 from piserini_ray.llm.usage import (
     character_estimate,
     count_prompt,
@@ -175,7 +176,10 @@ class LLMClient:
         api_base: str | None = None,
         limiter: Limiter | None = None,
         seed: int | None = None,
+        keys: Mapping[str, SecretStr] | None = None,
     ) -> None:
+        """`keys`: key values by variable name, handed over by the driver (`secrets.driver_keys`);
+        a variable missing there is read from this process's environment."""
         self.model = model
         self.retry = retry
         self.api_base = api_base or model.api_base
@@ -185,29 +189,36 @@ class LLMClient:
         #: last reported call gave them: the estimate of an unreported prompt for a model that
         #: litellm has no local tokenizer for. None until a call reports usage.
         self.prompt_ratio: float | None = None
+        self._keys = dict(keys or {})
 
     def _api_key(self) -> str | None:
-        name = self.model.api_key_env
-        if name is None:
-            # A self-hosted endpoint (the loopback provider, vLLM, ...) needs no secret but the
-            # OpenAI client insists on one; a hosted provider's key comes from litellm's own
-            # environment variables (OPENAI_API_KEY, ...).
+        name = key_variable(self.model)
+        if name is None or (self.model.api_key_env is None and self.api_base):
+            # A self-hosted endpoint (the loopback provider, vLLM, a node's gateway to it)
+            # needs no secret but the OpenAI client insists on one.
             return "no-key" if self.api_base else None
-        value = os.environ.get(name)
-        if not value:
-            raise RetryError(
-                Failure(
-                    FailureKind.PERMANENT,
-                    f"environment variable {name} (model.api_key_env) is not set",
-                ),
-                attempts=0,
-            )
-        return value
+        handed = self._keys.get(name)
+        value = handed.get_secret_value() if handed is not None else os.environ.get(name)
+        if value:
+            return value
+        if self.model.api_key_env is None:
+            return None  # litellm's own lookup, and its own error
+        # A configuration failure, never a query's: the run stops (every query would fail).
+        raise RetryError(
+            Failure(
+                FailureKind.PERMANENT,
+                f"environment variable {name} (model.api_key_env) is not set on this node "
+                "and the driver handed no value for it: export it where you run piserini-ray",
+                stops_run=True,
+            ),
+            attempts=0,
+        )
 
     def scrub(self, text: str) -> str:
         """Remove every key value this process could send from text we are about to keep."""
         name = self.model.api_key_env
-        return scrub(text, [os.environ.get(name) if name else None])
+        handed = [v.get_secret_value() for v in self._keys.values()]
+        return scrub(text, [os.environ.get(name) if name else None, *handed])
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {

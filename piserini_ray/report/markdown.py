@@ -8,6 +8,7 @@ from piserini_ray.metrics.cost import cost_text
 from piserini_ray.report.agreement import agreement_markdown
 from piserini_ray.report.budget import budget_markdown
 from piserini_ray.report.metrics import Estimate, RunMetrics
+from piserini_ray.report.panel import panel_markdown
 
 #: The paper's BrowseComp-Plus results (SPEC §9), shown beside ours and labelled as such.
 PAPER_ROWS = [
@@ -163,6 +164,8 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             ]
         if m.budget is not None:
             lines += ["", budget_markdown(m.budget, m.termination).rstrip("\n")]
+        if m.panel is not None:
+            lines += ["", panel_markdown(m.panel).rstrip("\n")]
         if m.judge_agreement:
             lines += ["", agreement_markdown(m.judge_agreement).rstrip("\n")]
     return "\n".join(lines) + "\n"

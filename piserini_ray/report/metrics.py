@@ -29,6 +29,7 @@ from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 from piserini_ray.report.agreement import JudgeAgreement
 from piserini_ray.report.budget import BudgetAnalysis, budget_analysis
 from piserini_ray.report.facts import QueryFacts, facts_for
+from piserini_ray.report.panel import PanelSummary
 
 
 class Estimate(BaseModel):
@@ -110,6 +111,8 @@ class RunMetrics(BaseModel):
     budget: BudgetAnalysis | None = None
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
+    #: A judge panel's figures (`judge.models`): the run's verdicts are its majority.
+    panel: PanelSummary | None = None
 
 
 def _estimate(values: list[float], seed: int) -> Estimate:

@@ -46,6 +46,8 @@ def test_a_transient_failure_after_retries_fails_the_query_with_its_attempts() -
     error = _retry_error(FailureKind.TRANSIENT, "APIConnectionError: reset")
     ending = ending_of(error, False, 7)
     assert ending.status == "failed" and ending.termination == "error"
+    assert ending.retryable  # the provider stayed down: not the query's fault, resume runs it
+    assert not ending_of(_retry_error(FailureKind.PERMANENT, "400: bad"), False, 7).retryable
     assert ending.error == str(error) and "reset" in ending.error
 
 
