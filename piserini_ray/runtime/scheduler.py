@@ -34,7 +34,7 @@ from ray.exceptions import (
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engine import PreparedRun
-from piserini_ray.errors import ConfigError, PiseriniRayError, ProviderRefused
+from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
@@ -217,7 +217,11 @@ class Replicas:
         )
         # Replicas on nodes without the index get it shipped from here (`shipping.py`).
         source = None
-        built = find_index(load_benchmark(config.benchmark).corpus, retrieval.resolved_index_root())
+        try:
+            corpus = load_benchmark(config.benchmark).corpus
+            built = find_index(corpus, retrieval.resolved_index_root())
+        except DataError:  # the replica's own start names the file (`readiness`)
+            built = None
         if built is not None:
             source, server = serve_index(built)
             self.servers.append(server)
