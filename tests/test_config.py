@@ -222,12 +222,6 @@ RUN_IDENTITY = [
     "offline.seed",
     "offline.request_log",
     "offline.model_aliases",
-    "offline.batch",
-    "offline.batch.completion_seconds",
-    "offline.batch.error_rate",
-    "offline.batch.expire_rate",
-    "offline.batch.max_requests",
-    "offline.batch.max_bytes",
 ]
 NOT_RUN_IDENTITY = [
     "retrieval.index_root",
@@ -318,6 +312,12 @@ NOT_RUN_IDENTITY = [
     "judge.models.rate_limit.output_tokens_guess",
     "judge.models.rate_limit.estimate_margin",
     "judge.panel_ties",
+    "offline.batch",
+    "offline.batch.completion_seconds",
+    "offline.batch.error_rate",
+    "offline.batch.expire_rate",
+    "offline.batch.max_requests",
+    "offline.batch.max_bytes",
 ]
 
 
