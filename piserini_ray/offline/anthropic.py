@@ -58,7 +58,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from piserini_ray.offline.codec import Codec, Encoded, Parsed, Problem, Usage, Window, refused
+from piserini_ray.offline.codec import (
+    Codec,
+    Encoded,
+    Parsed,
+    Problem,
+    Usage,
+    Window,
+    decode_json_object,
+    refused,
+)
 from piserini_ray.offline.policy import PolicyReply, function_tool, reasoning_text
 from piserini_ray.offline.tokens import count_text_tokens
 
@@ -431,12 +440,7 @@ class MessagesCodec(Codec):
             raise refused("anthropic-version: header is required")
 
     def decode(self, raw: bytes) -> dict[str, Any]:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise refused(f"request body is not valid JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise refused("request body must be a JSON object")
+        body = decode_json_object(raw)
         if body.get("stream"):
             raise refused("stream: the offline provider answers stream: false")
         return body

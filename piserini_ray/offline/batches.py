@@ -67,7 +67,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from piserini_ray.config.offline import BatchConfig
-from piserini_ray.offline.codec import Codec, Problem, refused
+from piserini_ray.offline.codec import Codec, Problem, decode_json_object, refused
 
 #: Published limits (see the module docstring).
 OPENAI_MAX_REQUESTS = 50_000
@@ -818,12 +818,7 @@ class AnthropicBatches(_Emulator):
         return web.json_response(self.object(batch), dumps=_dumps)
 
     def _validate(self, raw: bytes) -> list[tuple[str, dict[str, Any]]]:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise refused(f"request body is not valid JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise refused("request body must be a JSON object")
+        body = decode_json_object(raw)
         for name in body:
             if name != "requests":
                 raise refused(f"{name}: Extra inputs are not permitted")

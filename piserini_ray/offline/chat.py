@@ -26,13 +26,8 @@ from typing import Any, cast
 import orjson
 from aiohttp import web
 
-from piserini_ray.offline.codec import Codec, Encoded, Parsed, Problem, Usage
-from piserini_ray.offline.openai_format import (
-    bearer_key,
-    decode_json_object,
-    missing_bearer_key,
-    openai_error,
-)
+from piserini_ray.offline.codec import Codec, Encoded, Parsed, Problem, Usage, decode_json_object
+from piserini_ray.offline.openai_format import bearer_key, missing_bearer_key, openai_error
 from piserini_ray.offline.policy import PolicyReply
 from piserini_ray.offline.responses import openai_cached
 from piserini_ray.offline.tokens import (

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from aiohttp import web
 
 from piserini_ray.offline.policy import PolicyReply
@@ -98,6 +99,17 @@ class Problem(Exception):
 def refused(message: str, param: str | None = None, code: str | None = None) -> Problem:
     """A request the real API rejects: 400 `invalid_request_error`."""
     return Problem("invalid_request", message, param=param, code=code)
+
+
+def decode_json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object (every route, and a batch's body)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise refused(f"request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise refused("request body must be a JSON object")
+    return body
 
 
 @dataclass

@@ -11,19 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from piserini_ray.config.offline import Scripted
+from piserini_ray.config.offline import FaultRates, Scripted
 from piserini_ray.offline.codec import Problem, ProblemKind
 from piserini_ray.offline.policy import PolicyReply, PolicyToolCall
 
 #: Random faults, in the order they are drawn and tried (see `FaultRates`).
-FAULT_ORDER = (
-    "http_500",
-    "hang",
-    "empty_reply",
-    "malformed_arguments",
-    "unknown_tool",
-    "missing_fields",
-)
+FAULT_ORDER = tuple(FaultRates.model_fields)
 #: Statuses a seeded server error draws from (the draw is the same on every route; a codec
 #: may say one in its own terms: OpenAI's 503 "overloaded" is Anthropic's 529).
 SERVER_ERROR_STATUSES = (500, 502, 503)

@@ -14,9 +14,7 @@ and code are `insufficient_quota`; server errors are `server_error` (503: overlo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-import orjson
 from aiohttp import web
 
 from piserini_ray.offline.codec import Problem, Window
@@ -138,13 +136,3 @@ def bearer_key(headers: Mapping[str, str]) -> str | None:
 
 def missing_bearer_key() -> Problem:
     return Problem("authentication", "missing API key: send the header 'Authorization: Bearer KEY'")
-
-
-def decode_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise Problem("invalid_request", f"request body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise Problem("invalid_request", "request body must be a JSON object")
-    return body

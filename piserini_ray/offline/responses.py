@@ -36,7 +36,15 @@ import orjson
 from aiohttp import web
 
 from piserini_ray.offline.anthropic import Signer
-from piserini_ray.offline.codec import Codec, Encoded, Parsed, Problem, Usage, refused
+from piserini_ray.offline.codec import (
+    Codec,
+    Encoded,
+    Parsed,
+    Problem,
+    Usage,
+    decode_json_object,
+    refused,
+)
 from piserini_ray.offline.openai_format import (
     bearer_key,
     missing_bearer_key,
@@ -247,12 +255,7 @@ class ResponsesCodec(Codec):
         return missing_bearer_key()
 
     def decode(self, raw: bytes) -> dict[str, Any]:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise refused(f"request body is not valid JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise refused("request body must be a JSON object")
+        body = decode_json_object(raw)
         if body.get("stream"):
             raise refused("stream: the offline provider answers stream: false", "stream")
         return body

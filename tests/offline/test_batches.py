@@ -174,17 +174,14 @@ def _anthropic_error(response: httpx.Response, status: int, kind: str) -> str:
 def test_an_openai_batch_runs_its_life_cycle_and_pairs_outputs_by_custom_id() -> None:
     questions = {f"q-{i}": f"question {i}" for i in range(6)}
     with _provider(batch={"completion_seconds": 0.3}) as p, _client(p) as client:
-        started = time.monotonic()
         created = _create(client, [_chat_line(c, q) for c, q in questions.items()])
         assert created["status"] == "validating" and created["object"] == "batch"
         assert created["id"].startswith("batch_") and created["completion_window"] == "24h"
         assert created["expires_at"] == created["created_at"] + 24 * 3600
         final, seen = _openai_wait(client, created["id"])
-        waited = time.monotonic() - started
         outputs = _file_lines(client, final["output_file_id"])
         records = p.requests
         bill = p.bill
-    assert waited >= 0.3  # queued for completion_seconds on the emulator's clock
     statuses = [s["status"] for s in seen]
     assert "in_progress" in statuses and statuses[-1] == "completed"
     assert final["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
