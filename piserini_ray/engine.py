@@ -8,6 +8,7 @@ written, the cost guard and the progress display learn of it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,10 +52,6 @@ class PreparedRun:
     def wanted(self) -> set[str]:
         return {q.query_id for q in self.queries}
 
-    def cost_of(self, record: QueryRecord) -> float | None:
-        price = self.pricing.price(record.model)
-        return price.cost(record.usage) if price else None
-
     def may_start(self, running: int) -> bool:
         """Whether another query may start with `running` of this run in flight (the cost
         cap, a run halted by a refusal and one past its failure rate start none)."""
@@ -71,8 +68,9 @@ class PreparedRun:
             self._apply_failure_policy()
         if progress is not None:
             price = self.pricing.price(record.model)
+            cost = price.cost(record.usage) if price else None
             estimated = price.estimated_cost(record.usage) if price else 0.0
-            progress.record(record.status, record.usage, self.cost_of(record), estimated)
+            progress.record(record.status, record.usage, cost, estimated)
 
     def stop_reason(self) -> str | None:
         """Why the run stopped before its todo list was done, if it did."""
@@ -97,8 +95,6 @@ class PreparedRun:
 
 def _cause(error: str | None) -> str:
     """A failure's cause for counting: its first line, without attempt counts and ids."""
-    import re
-
     first = (error or "unknown error").splitlines()[0]
     return re.sub(r"\d+", "N", first)[:120]
 

@@ -211,7 +211,13 @@ class RunStore:
         self._check_writable()
         self.manifest = self._open_manifest(config)
         self.run_id = self.manifest.run_id
-        self._done: set[str] = {r["query_id"] for r in self._records.iter()}
+        self._done: set[str] = set()
+        #: Failed queries, and whether each failure was not the query's fault (`retryable`).
+        self._failed: dict[str, bool] = {}
+        for row in self._records.iter():  # one pass over the records, at open
+            self._done.add(row["query_id"])
+            if row.get("status") == "failed":
+                self._failed[row["query_id"]] = bool(row.get("retryable"))
 
     def _check_writable(self) -> None:
         """Before any work is paid for: open every file the run will append to (permission
@@ -398,11 +404,8 @@ class RunStore:
 
     def failed(self, retryable_only: bool = True) -> set[str]:
         """Queries whose record is a failure (only those not the query's fault, unless asked)."""
-        return {
-            row["query_id"]
-            for row in self._records.iter()
-            if row.get("status") == "failed" and (row.get("retryable") or not retryable_only)
-        }
+        with self._lock:
+            return {q for q, retryable in self._failed.items() if retryable or not retryable_only}
 
     def release(self, query_ids: set[str]) -> int:
         """Take these queries' records (and their verdicts) out of the run so that they run
@@ -421,6 +424,8 @@ class RunStore:
                 JsonlFile(self.run_dir / "records.retried.jsonl", self._log),
             )
             self._done -= query_ids
+            for query_id in query_ids:
+                self._failed.pop(query_id, None)
         return moved
 
     def spill_dir(self, query_id: str) -> Path:
@@ -445,6 +450,8 @@ class RunStore:
             self._write_spills(record.query_id, spills)
             self._records.append(data)
             self._done.add(record.query_id)
+            if record.status == "failed":
+                self._failed[record.query_id] = record.retryable
 
     def _write_spills(self, query_id: str, spills: dict[str, str]) -> None:
         folder = self.spill_dir(query_id)

@@ -192,8 +192,8 @@ class LLMClient:
         self._keys = dict(keys or {})
 
     def _api_key(self) -> str | None:
-        name = key_variable(self.model)
-        if name is None or (self.model.api_key_env is None and self.api_base):
+        name = key_variable(self.model, self.api_base)
+        if name is None:
             # A self-hosted endpoint (the loopback provider, vLLM, a node's gateway to it)
             # needs no secret but the OpenAI client insists on one.
             return "no-key" if self.api_base else None

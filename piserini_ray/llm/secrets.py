@@ -42,14 +42,14 @@ def scrub(text: str, extra: Iterable[str | None] = ()) -> str:
     return text
 
 
-def key_variable(model: ModelConfig) -> str | None:
+def key_variable(model: ModelConfig, api_base: str | None = None) -> str | None:
     """The environment variable that holds a model's key: `model.api_key_env`; for a hosted
     model without one, the variable litellm reads for its provider (`OPENAI_API_KEY`,
     `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`, ...: `<PROVIDER>_API_KEY`); None for an endpoint of
-    the user's own (`api_base`) or an offline model, which need no secret."""
+    the user's own (`api_base`, or `model.api_base`) or an offline model: no secret."""
     if model.api_key_env is not None:
         return model.api_key_env
-    if model.is_offline or model.api_base is not None:
+    if model.is_offline or (api_base or model.api_base) is not None:
         return None
     import litellm
 

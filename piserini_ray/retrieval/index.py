@@ -28,6 +28,7 @@ from piserini_ray.config import RetrievalConfig
 from piserini_ray.data.benchmark import Corpus
 from piserini_ray.errors import IndexBuildError
 from piserini_ray.retrieval.docstore import DocstoreWriter
+from piserini_ray.retrieval.index_files import read_json_cache, write_json_cache
 from piserini_ray.retrieval.jvm import anserini_jar, child_env
 
 INDEX_FORMAT = 1
@@ -53,18 +54,11 @@ def corpus_fingerprint(corpus: Corpus, root: Path) -> str:
     stamps = [f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in corpus.files]
     key = corpus.name + "|" + "|".join(stamps)
     cache_path = root / "fingerprints.json"
-    cache: dict[str, str] = {}
-    if cache_path.exists():
-        try:
-            cache = orjson.loads(cache_path.read_bytes())
-        except orjson.JSONDecodeError:
-            cache = {}  # a damaged cache only costs a re-hash
+    cache = read_json_cache(cache_path)
     if key not in cache:
         cache[key] = corpus.fingerprint()
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(cache))
-        tmp.replace(cache_path)
-    return cache[key]
+        write_json_cache(cache_path, cache)
+    return str(cache[key])
 
 
 def find_index(corpus: Corpus, root: Path) -> Path | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import orjson
 from pydantic import BaseModel
@@ -47,6 +48,23 @@ def _members(folder: Path) -> list[Path]:
     )
 
 
+def read_json_cache(path: Path) -> dict[str, Any]:
+    """A JSON cache file's mapping; {} when it is missing or damaged (which only costs a
+    recomputation)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json_cache(path: Path, data: dict[str, Any]) -> None:
+    """Replace a JSON cache file whole (a reader never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(data))
+    tmp.replace(path)
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -59,12 +77,7 @@ def index_files(folder: Path) -> IndexFiles:
     """The folder's file list (hashing only files whose size or mtime changed since the cached
     list was made)."""
     cache_path = folder / "files.json"
-    cached: dict[str, dict] = {}
-    if cache_path.exists():
-        try:
-            cached = orjson.loads(cache_path.read_bytes())
-        except orjson.JSONDecodeError:
-            cached = {}  # a damaged cache only costs a re-hash
+    cached = read_json_cache(cache_path)
     files, stamps = [], {}
     for path in _members(folder):
         relative = path.relative_to(folder).as_posix()
@@ -75,9 +88,7 @@ def index_files(folder: Path) -> IndexFiles:
         stamps[relative] = {"stamp": stamp, "sha256": digest}
         files.append(IndexFile(path=relative, size=stat.st_size, sha256=digest))
     if stamps != cached:
-        tmp = cache_path.with_suffix(".json.tmp")
-        tmp.write_bytes(orjson.dumps(stamps))
-        tmp.replace(cache_path)
+        write_json_cache(cache_path, stamps)
     return IndexFiles(name=folder.name, files=files)
 
 

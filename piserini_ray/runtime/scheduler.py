@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -181,14 +182,21 @@ class Replicas:
         self.servers: list[Any] = []  # the index servers of the groups, held for the job
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
-    def add(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
+    def add(
+        self,
+        configs: list[RunConfig],
+        log: Callable[[str], None],
+        indexes: Mapping[str, Path] | None = None,
+    ) -> None:
         """Start what these runs need and is not up yet (actor creation returns at once;
         `ready` waits). Replicas first: they take the workers Ray pre-started (a second of
-        start-up each), the light limiters get new ones."""
+        start-up each), the light limiters get new ones. `indexes`: each run's index on this
+        node where the caller found it already (by `_group_key`), else it is looked up."""
         for config in configs:
             key = _group_key(config)
             if key not in self.groups:
-                self.groups[key] = self._start_group(config, log)
+                found = (indexes or {}).get(key) or _built_index(config)
+                self.groups[key] = self._start_group(config, found, log)
         for config in configs:
             name = self.registry.name(config.model, config.offline)
             if name not in self.limiters:
@@ -196,11 +204,13 @@ class Replicas:
             # The judge's too, so that judging after the run finds it up (`reporting.py`).
             self.registry.limiter(config.judge_model(), config.offline)
 
-    def _start_group(self, config: RunConfig, log: Callable[[str], None]) -> _Group:
+    def _start_group(
+        self, config: RunConfig, index: Path | None, log: Callable[[str], None]
+    ) -> _Group:
         runtime = self.runtime
         strategy = "SPREAD" if runtime.placement == "spread" else "DEFAULT"
         # The index was built (or found) on this node; replicas here open it at once, and
-        # nodes elsewhere build their own under the same lock.
+        # nodes without it get it shipped from here (`shipping.py`).
         retrieval = config.retrieval.with_resolved_index_root()
         # Dense backends: one query encoder per node and encoder, shared by the replicas there
         # (of every run that uses it), held here for the whole run.
@@ -215,15 +225,9 @@ class Replicas:
             "lower runtime.cpus_per_replica",
             log,
         )
-        # Replicas on nodes without the index get it shipped from here (`shipping.py`).
         source = None
-        try:
-            corpus = load_benchmark(config.benchmark).corpus
-            built = find_index(corpus, retrieval.resolved_index_root())
-        except DataError:  # the replica's own start names the file (`readiness`)
-            built = None
-        if built is not None:
-            source, server = serve_index(built)
+        if index is not None:
+            source, server = serve_index(index)
             self.servers.append(server)
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
@@ -260,6 +264,16 @@ class Replicas:
         self.groups.clear()
 
 
+def _built_index(config: RunConfig) -> Path | None:
+    """The run's index on this node, if built; None also where the driver cannot read the
+    corpus (the replicas' own start then names the file: `readiness`)."""
+    try:
+        corpus = load_benchmark(config.benchmark).corpus
+    except DataError:
+        return None
+    return find_index(corpus, config.retrieval.resolved_index_root())
+
+
 def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
     """Start Ray (or wait for its start) and, while the driver still checks the data
     (`prepare`), the replicas of every run whose index is already built. The others come up
@@ -270,14 +284,8 @@ def bring_up(configs: list[RunConfig], log: Callable[[str], None]) -> Replicas:
     replicas = Replicas(configs, log)
     if any(c.retrieval.uses_dense for c in configs):
         return replicas
-    built = [
-        config
-        for config in configs
-        if find_index(
-            load_benchmark(config.benchmark).corpus, config.retrieval.resolved_index_root()
-        )
-    ]
-    replicas.add(built, log)
+    indexes = {_group_key(c): index for c in configs if (index := _built_index(c)) is not None}
+    replicas.add([c for c in configs if _group_key(c) in indexes], log, indexes)
     return replicas
 
 
@@ -297,7 +305,7 @@ def run_prepared(
         if replicas is None:
             start_ray(runs[0].config.runtime, log)
             replicas = Replicas([r.config for r in runs], log)
-        replicas.add([r.config for r in todo], log)
+        replicas.add([r.config for r in todo], log, {_group_key(r.config): r.index for r in todo})
         replicas.ready(log)
         bases = {
             str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
