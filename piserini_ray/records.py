@@ -61,8 +61,9 @@ class Turn(BaseModel):
     #: provider received the request (and may bill it), so `usage` holds its prompt, counted
     #: locally (`usage.estimated_input_tokens`); what it may have generated stays unknown.
     usage_estimated: bool = False
-    #: How the estimated prompt was counted: `tokenizer <name>` (litellm's tokenizer of the
-    #: model) or `ratio <r>` (characters / 4, scaled by the provider's last reported count).
+    #: How the estimated prompt was counted (`llm.usage.estimate_prompt`): `tokenizer <name>`
+    #: (litellm's tokenizer of the model) or `characters / 4`, calibrated by the provider's
+    #: last reported count (that count plus what was added, or its ratio).
     estimate_method: str | None = None
     started_at_charged: float = 0.0
     steered: bool = False  # the steer message was added before this turn

@@ -36,8 +36,9 @@ from piserini_ray.llm.retry import (
 )
 from piserini_ray.llm.secrets import key_variable, scrub
 from piserini_ray.llm.usage import (
+    ReportedPrompt,
     character_estimate,
-    count_prompt,
+    estimate_prompt,
     usage_from_response,
     usage_reported,
 )
@@ -112,7 +113,8 @@ class CallTrace:
     #: That request's prompt tokens (`input_tokens` = `estimated_input_tokens`), priced as
     #: input; set when the call was cut or failed with `unreported` true.
     estimate: Usage | None = None
-    #: How `estimate` was counted: `tokenizer <name>` or `ratio <r>` (see `LLMClient`).
+    #: How `estimate` was counted (`usage.estimate_prompt`): `tokenizer <name>` or
+    #: `characters / 4`, and how the provider's last reported count calibrated it.
     estimate_method: str | None = None
 
 
@@ -185,10 +187,9 @@ class LLMClient:
         self.api_base = api_base or model.api_base
         self.limiter = limiter
         self._rng = random.Random(seed)
-        #: The provider's prompt tokens per locally estimated one (`character_estimate`), as its
-        #: last reported call gave them: the estimate of an unreported prompt for a model that
-        #: litellm has no local tokenizer for. None until a call reports usage.
-        self.prompt_ratio: float | None = None
+        #: The last request whose prompt the provider reported: what calibrates the estimate of
+        #: an unreported one (`_estimate`). None until a call reports usage.
+        self.last_reported: ReportedPrompt | None = None
         self._keys = dict(keys or {})
 
     def _api_key(self) -> str | None:
@@ -267,9 +268,8 @@ class LLMClient:
 
         `trace` follows the call as it goes. A call that is cancelled, or fails for good, after
         its last request reached the provider (`reached_provider`) with no usage back leaves
-        that request's prompt in `trace.estimate`: counted with the model's tokenizer where
-        litellm ships one (`usage.count_prompt`), else the characters / 4 of the request scaled
-        by the provider's last reported ratio (`prompt_ratio`)."""
+        that request's prompt in `trace.estimate` (`usage.estimate_prompt`: counted locally,
+        calibrated by the provider's last reported count)."""
         api_key = self._api_key()
         params = self._params()
         if tools:
@@ -279,7 +279,7 @@ class LLMClient:
         tracker = waits or _NoTracker()
         # Quotas count tokens before the provider does: ~4 characters a token is close enough.
         estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
-        baseline = character_estimate(messages, tools)  # what `prompt_ratio` scales
+        sent_messages = list(messages)  # the agent appends to its list after the call
         call = trace if trace is not None else CallTrace()
         failures = call.failures
 
@@ -327,7 +327,7 @@ class LLMClient:
                 if usage_reported(response):
                     usage = usage_from_response(response)
                     used = (usage.input_tokens, usage.output_tokens)
-                    self.prompt_ratio = usage.input_tokens / baseline
+                    self.last_reported = ReportedPrompt(sent_messages, tools, usage.input_tokens)
             except asyncio.CancelledError:
                 # Cut in flight (the budget): litellm sends within milliseconds of the call (a
                 # route's `pre_api_call` is not always reported: the Responses bridge's is not),
@@ -356,12 +356,12 @@ class LLMClient:
         except InfrastructureError:
             raise  # the scheduler re-runs the query; it is no failure of the call
         except asyncio.CancelledError:  # cut (the budget): the provider bills what it received
-            await self._estimate(call, messages, tools, baseline)
+            await self._estimate(call, sent_messages, tools)
             raise
         except Exception as exc:
             failure = classify(exc)
             scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
-            await self._estimate(call, messages, tools, baseline)
+            await self._estimate(call, sent_messages, tools)
             raise RetryError(
                 scrubbed, call.attempts, failures, call.model_seconds, call.waited_seconds
             ) from None
@@ -375,32 +375,25 @@ class LLMClient:
         )
 
     async def _estimate(
-        self,
-        call: CallTrace,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        baseline: int,
+        self, call: CallTrace, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> None:
         """Put on `call` the prompt of its last request when the provider received it and
-        reported nothing: the model's tokenizer where litellm ships one (counted in a thread:
-        loading a tokenizer the first time takes a second), else the provider's last ratio."""
+        reported nothing (`estimate_prompt`, in a thread: loading a tokenizer the first time
+        takes a second)."""
         if not call.unreported:
             return
-        ratio = self.prompt_ratio
-        tokens = max(1, round(baseline * (ratio or 1.0)))
         # Set first, so that a cancel while the tokenizer counts still leaves an estimate.
+        rough = character_estimate(messages, tools)
+        call.estimate = Usage(input_tokens=rough, estimated_input_tokens=rough)
+        call.estimate_method = "characters / 4 (cut while counting)"
+        tokens, call.estimate_method = await asyncio.to_thread(
+            estimate_prompt,
+            self.model.resolved_litellm_model(),
+            messages,
+            tools,
+            self.last_reported,
+        )
         call.estimate = Usage(input_tokens=tokens, estimated_input_tokens=tokens)
-        call.estimate_method = (
-            f"ratio {ratio:.3f} x characters / 4 (the provider's last reported count)"
-            if ratio is not None
-            else "characters / 4 (no call of this client reported usage yet)"
-        )
-        counted = await asyncio.to_thread(
-            count_prompt, self.model.resolved_litellm_model(), list(messages), tools
-        )
-        if counted is not None:
-            tokens, call.estimate_method = counted
-            call.estimate = Usage(input_tokens=tokens, estimated_input_tokens=tokens)
 
 
 def _reply_log(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -131,6 +132,63 @@ def count_prompt(
 
 
 def character_estimate(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-    """A prompt's tokens at about 4 characters a token (its JSON: messages and tools), the
-    base that a provider's reported counts scale (`LLMClient.prompt_ratio`)."""
+    """A prompt's tokens at about 4 characters a token (its JSON: messages and tools): the count
+    of a model litellm has no tokenizer for, scaled by what the provider reports."""
     return max(1, (len(orjson.dumps(messages)) + len(orjson.dumps(tools or []))) // 4)
+
+
+@dataclass(frozen=True)
+class ReportedPrompt:
+    """A request whose prompt tokens the provider reported (the messages as sent)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    tokens: int
+
+    def is_prefix_of(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> bool:
+        """Whether a request continues this one: same tools, these messages first."""
+        n = len(self.messages)
+        return self.tools == tools and len(messages) >= n and messages[:n] == self.messages
+
+
+def estimate_prompt(
+    litellm_model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    last: ReportedPrompt | None,
+) -> tuple[int, str]:
+    """(prompt tokens, how they were counted) of a request the provider did not report.
+
+    The local count is the model's tokenizer where litellm ships one (`count_prompt`), else
+    characters / 4. A provider counts what no local tokenizer sees (how it renders tools, its
+    own system text), so the provider's last reported request calibrates it: a request that
+    continues that one (the agent's next turn) is its reported count plus the local count of
+    what was added; another request is scaled by the reported / local ratio of that one.
+    """
+
+    def local(msgs: list[dict[str, Any]], t: list[dict[str, Any]] | None) -> tuple[int, str]:
+        counted = count_prompt(litellm_model, msgs, t)
+        return counted if counted is not None else (character_estimate(msgs, t), "characters / 4")
+
+    tokens, method = local(messages, tools)
+    if last is None:
+        return tokens, method + (
+            " (no call of this client reported usage yet)"
+            if method.startswith("characters")
+            else ""
+        )
+    before, _ = local(last.messages, last.tools)
+    ratio = last.tokens / max(1, before)
+    if last.is_prefix_of(messages, tools):
+        # Characters are no token count: the added part is scaled by the ratio too.
+        scale = ratio if method.startswith("characters") else 1.0
+        added = round((tokens - before) * scale)
+        return max(1, last.tokens + added), (
+            f"{method}: the provider's count of the previous request ({last.tokens}) + "
+            f"{added} added"
+        )
+    return max(1, round(tokens * ratio)), (
+        f"{method}: ratio {ratio:.3f} (the provider's last reported count / this count)"
+    )

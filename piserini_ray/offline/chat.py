@@ -27,7 +27,12 @@ import orjson
 from aiohttp import web
 
 from piserini_ray.offline.codec import Codec, Encoded, Parsed, Problem, Usage, decode_json_object
-from piserini_ray.offline.openai_format import bearer_key, missing_bearer_key, openai_error
+from piserini_ray.offline.openai_format import (
+    bearer_key,
+    missing_bearer_key,
+    openai_error,
+    sampling_problem,
+)
 from piserini_ray.offline.policy import PolicyReply
 from piserini_ray.offline.responses import openai_cached
 from piserini_ray.offline.tokens import (
@@ -53,7 +58,7 @@ def _validate(body: dict[str, Any]) -> tuple[str, str] | None:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "tools", "tools must be a list"
-    return None
+    return sampling_problem(body)
 
 
 class ConversationCache:

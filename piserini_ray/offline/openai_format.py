@@ -14,11 +14,15 @@ and code are `insufficient_quota`; server errors are `server_error` (503: overlo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from aiohttp import web
 
 from piserini_ray.offline.codec import Problem, Window
 
+#: The values OpenAI accepts for the `service_tier` request parameter (Chat Completions and
+#: Responses); "flex" and "priority" are billed at their own prices.
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority")
 #: Context length quoted by scripted `context_window` errors.
 CONTEXT_WINDOW = 128_000
 SERVER_ERRORS = {
@@ -136,3 +140,22 @@ def bearer_key(headers: Mapping[str, str]) -> str | None:
 
 def missing_bearer_key() -> Problem:
     return Problem("authentication", "missing API key: send the header 'Authorization: Bearer KEY'")
+
+
+def sampling_problem(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(param, message) when `temperature`, `top_p` or `service_tier` has a value OpenAI's
+    routes refuse with a 400, else None."""
+    for param, top in (("temperature", 2), ("top_p", 1)):
+        value = body.get(param)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= top
+        ):
+            return (
+                param,
+                f"Invalid '{param}': expected a decimal between 0 and {top}, got {value!r}.",
+            )
+    tier = body.get("service_tier")
+    if tier is not None and tier not in SERVICE_TIERS:
+        supported = ", ".join(f"'{t}'" for t in SERVICE_TIERS)
+        return "service_tier", f"Invalid value: {tier!r}. Supported values are: {supported}."
+    return None

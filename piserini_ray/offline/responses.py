@@ -49,6 +49,7 @@ from piserini_ray.offline.openai_format import (
     bearer_key,
     missing_bearer_key,
     openai_error,
+    sampling_problem,
 )
 from piserini_ray.offline.policy import PolicyReply, function_tool, reasoning_text
 from piserini_ray.offline.tokens import count_completion_tokens, count_text_tokens
@@ -72,6 +73,9 @@ def validate(body: dict[str, Any], signer: Signer) -> None:
             raise refused(
                 f"Missing required parameter: '{field}'.", field, "missing_required_parameter"
             )
+    sampling = sampling_problem(body)
+    if sampling is not None:
+        raise refused(sampling[1], sampling[0], "invalid_value")
     tools = body.get("tools")
     if tools is not None and not (
         isinstance(tools, list) and all(isinstance(t, dict) for t in tools)

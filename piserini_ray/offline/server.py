@@ -138,6 +138,9 @@ class RecordedRequest:
     #: request parameter), or "batch" for a request of a batch (`batch_id`).
     service_tier: str = "standard"
     batch_id: str | None = None
+    #: The client left (or the server stopped) after the request was admitted: it is billed
+    #: its prompt as uncached input and nothing else, as a provider bills a request it began.
+    cut: bool = False
 
 
 @dataclass
@@ -149,6 +152,9 @@ class BillLine:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    #: Requests cut after admission (`RecordedRequest.cut`) and their prompts, included above.
+    cut_requests: int = 0
+    cut_prompt_tokens: int = 0
 
 
 class Bill:
@@ -167,6 +173,9 @@ class Bill:
         line.completion_tokens += usage.completion_tokens
         line.cached_tokens += usage.cached_tokens
         line.cache_write_tokens += usage.cache_write_tokens
+        if record.cut:
+            line.cut_requests += 1
+            line.cut_prompt_tokens += usage.prompt_tokens
 
 
 def key_hash(key: str) -> str:
@@ -324,8 +333,15 @@ class _App:
         """The stages of the module docstring; a failure at any of them raises `Problem`."""
         parsed, policy = await self._parse(codec, headers, read, record)  # 1. auth, 2. parse
         spec, entry = self._admit(parsed, record)  # 3. quota admission
-        await self._delay(spec, record)  # 4. latency
-        reply_faults = await self._faults(spec, record)  # 5. faults
+        try:
+            await self._delay(spec, record)  # 4. latency
+            reply_faults = await self._faults(spec, record)  # 5. faults
+        except asyncio.CancelledError:
+            # Admitted, then cut (the client's time budget, or the server stopping): the
+            # prompt was received and is billed, which is what the client estimates for it.
+            record.cut = True
+            record.usage = Usage(parsed.prompt_tokens, 0, 0)
+            raise
         shown = codec.policy_request(parsed)  # 6. policy, and the reply faults
         reply = self._reply(policy, shown, parsed.model)
         reply = self._damaged(reply, reply_faults, shown, spec, record)

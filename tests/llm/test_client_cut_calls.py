@@ -69,15 +69,20 @@ def _client(provider: OfflineProvider, name: str = "offline/heuristic") -> LLMCl
     return LLMClient(config, TINY_BACKOFF, provider.base_url, seed=1)
 
 
-async def _cut(client: LLMClient, provider: OfflineProvider) -> CallTrace:
-    """One call, cancelled (as the budget's watchdog cancels it) once the provider holds it."""
+async def _cut(
+    client: LLMClient, provider: OfflineProvider, messages: list[dict[str, Any]] = MESSAGES
+) -> CallTrace:
+    """One call, cancelled (as the budget's watchdog cancels it) once the provider holds it;
+    returns once the provider has let the request go (and billed it)."""
     trace = CallTrace()
-    task = asyncio.ensure_future(client.complete(MESSAGES, TOOLS, trace=trace))
+    task = asyncio.ensure_future(client.complete(messages, TOOLS, trace=trace))
     while not provider.in_flight:
         await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    while provider.in_flight:  # the handler ends when the server sees the client leave
+        await asyncio.sleep(0.02)
     return trace
 
 
@@ -88,31 +93,46 @@ def _served_prompt(provider: OfflineProvider) -> int:
     return reply.usage.prompt_tokens
 
 
-def test_a_cancelled_call_keeps_its_prompt_by_the_providers_last_ratio(provider) -> None:
+def test_a_cancelled_call_keeps_its_prompt_calibrated_by_the_providers_last_count(
+    provider,
+) -> None:
     """No tokenizer for the model in litellm: the first cut call counts characters / 4; once a
-    call reported usage, its ratio scales the estimate, which then matches the provider's own
-    count of the same prompt."""
+    call reported usage, the provider's count calibrates the estimate: the same prompt again
+    is that count; a longer one continuing it is that count plus the added characters, scaled
+    by the provider's ratio; an unrelated one is scaled by that ratio."""
+    longer = [*MESSAGES, {"role": "assistant", "content": "Searching the archive now."}]
+    other = [{"role": "user", "content": "A different question, on its own."}]
 
-    async def scenario() -> tuple[CallTrace, CallTrace, float | None]:
+    async def scenario() -> list[CallTrace]:
         client = _client(provider)
         provider.script(Scripted(kind="hang", seconds=600))
-        first = await _cut(client, provider)
-        await client.complete(MESSAGES, TOOLS)  # reported: teaches the ratio
-        provider.script(Scripted(kind="hang", seconds=600))
-        second = await _cut(client, provider)
-        return first, second, client.prompt_ratio
+        traces = [await _cut(client, provider)]
+        await client.complete(MESSAGES, TOOLS)  # reported: calibrates what follows
+        assert client.last_reported is not None
+        for messages in (MESSAGES, longer, other):
+            provider.script(Scripted(kind="hang", seconds=600))
+            traces.append(await _cut(client, provider, messages))
+        return traces
 
-    first, second, ratio = asyncio.run(scenario())
-    assert first.estimate is not None and second.estimate is not None
+    first, same, continued, unrelated = asyncio.run(scenario())
     assert first.attempts == 1 and first.model_seconds > 0  # the cut attempt is on record
+    assert first.estimate is not None
     assert first.estimate.input_tokens == character_estimate(MESSAGES, TOOLS) > 0
     assert first.estimate.estimated_input_tokens == first.estimate.input_tokens
     assert first.estimate_method is not None and first.estimate_method.startswith("characters")
-    assert ratio is not None and second.estimate_method is not None
-    assert second.estimate_method.startswith(f"ratio {ratio:.3f}")
     served = _served_prompt(provider)
-    assert abs(second.estimate.input_tokens - served) <= 1  # the provider's count, this prompt
-    assert second.estimate.output_tokens == 0  # what it generated is unknown: never guessed
+    assert same.estimate is not None and same.estimate.input_tokens == served
+    assert same.estimate.output_tokens == 0  # what it generated is unknown: never guessed
+    assert same.estimate_method is not None and "previous request" in same.estimate_method
+    billed = {r.seq: r.usage.prompt_tokens for r in provider.requests if r.cut and r.usage}
+    assert len(billed) == 4  # every cut request is on the provider's bill
+    *_, longer_billed, other_billed = (billed[k] for k in sorted(billed))
+    assert continued.estimate is not None and unrelated.estimate is not None
+    # Only the added part is estimated: the error is within it, not a share of the prompt.
+    added = longer_billed - served
+    assert abs(continued.estimate.input_tokens - longer_billed) < added
+    assert unrelated.estimate_method is not None and "ratio" in unrelated.estimate_method
+    assert abs(unrelated.estimate.input_tokens - other_billed) <= 0.3 * other_billed
 
 
 def test_a_cancelled_call_is_counted_with_the_models_tokenizer_offline(

@@ -31,7 +31,7 @@ from piserini_ray.offline import (
     exact_match_judge_policy,
 )
 from piserini_ray.offline.judge_policy import answers_match, judge, normalize_answer
-from piserini_ray.offline.server import default_policies, key_hash
+from piserini_ray.offline.server import Usage, default_policies, key_hash
 from piserini_ray.offline.tokens import (
     count_completion_tokens,
     count_message_tokens,
@@ -434,6 +434,27 @@ def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> No
     assert provider.in_flight == 0
     hung = next(r for r in provider.requests if r.fault == "hang")
     assert hung.status is None
+    # The request was admitted, so its prompt is billed (as uncached input, nothing else).
+    assert hung.cut and hung.usage is not None
+    answered = next(r for r in provider.requests if r.status == 200)
+    assert answered.usage is not None and not answered.cut
+    assert hung.usage == Usage(answered.usage.prompt_tokens, 0, 0)  # the same request body
+    line = provider.bill[("standard", hung.model)]
+    assert (line.requests, line.cut_requests) == (2, 1)
+    assert line.cut_prompt_tokens == hung.usage.prompt_tokens
+    assert line.prompt_tokens == 2 * hung.usage.prompt_tokens
+
+
+def test_a_request_refused_before_admission_is_not_billed(provider: OfflineProvider) -> None:
+    """A 400 or a 429 is answered before anything runs: nothing on the bill, nothing cut."""
+    provider.script(Scripted(kind="rate_limit"))
+    assert post(provider, chat_body()).status_code == 429
+    for bad in ({"temperature": 9}, {"top_p": -1}, {"service_tier": "cheap"}):
+        refused = post(provider, chat_body(**bad))
+        assert refused.status_code == 400, bad
+        assert refused.json()["error"]["param"] == next(iter(bad))
+    assert provider.bill == {}
+    assert not any(r.cut or r.usage for r in provider.requests)
 
 
 def test_shutdown_does_not_wait_for_hung_requests() -> None:
