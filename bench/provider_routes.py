@@ -147,7 +147,7 @@ def cut_calls(queries: int, budget: float, latency: float) -> None:
             price = pricing.price(name)
             assert price is not None
             ours = sum((r.usage for r in records), Usage())
-            billed = provider.bill[("standard", name)]
+            billed = provider.bill[("standard", _wire_model(name))]
             cost_run = price.cost(ours)
             cost_bill = price.cost(_billed(provider, name)) - _check_cost(provider, price)
             lines.append(
@@ -167,14 +167,19 @@ def cut_calls(queries: int, budget: float, latency: float) -> None:
 
 
 def _billed(provider: OfflineProvider, name: str) -> Usage:
-    """The emulator's bill for `name` at the standard tier, as our usage record."""
-    line = provider.bill[("standard", name)]
+    """The emulator's bill for `name`'s model at the standard tier, as our usage record."""
+    line = provider.bill[("standard", _wire_model(name))]
     return Usage(
         input_tokens=line.prompt_tokens,
         cached_tokens=line.cached_tokens,
         cache_write_tokens=line.cache_write_tokens,
         output_tokens=line.completion_tokens,
     )
+
+
+def _wire_model(name: str) -> str:
+    """The model name the route sends (and the emulator bills under)."""
+    return ROUTES[name][0].split("/", 1)[1]
 
 
 def _check_cost(provider: OfflineProvider, price: Price) -> float:

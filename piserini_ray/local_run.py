@@ -27,15 +27,19 @@ from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
-def local_client(model: ModelConfig, config: RunConfig, endpoints: ModelEndpoints) -> LLMClient:
+def local_client(
+    model: ModelConfig, config: RunConfig, endpoints: ModelEndpoints, seed: int | None = None
+) -> LLMClient:
     """A client for one of a run's models in this process: its endpoint, and this process's
-    limiter for its quota key (the one `ask`, the judge and the local engine share)."""
+    limiter for its quota key (the one `ask`, the judge and the local engine share); `seed`:
+    the `seed` request parameter (the agent's, in an epoch after the first)."""
     return build_client(
         model,
         config.retry,
         config.offline,
         api_base=endpoints.api_base(model, config.offline),
         limiters=LOCAL_LIMITERS,
+        seed=seed,
     )
 
 
@@ -94,7 +98,9 @@ class LocalEngine:
             if not run.todo:
                 continue
             searcher = open_backend(run.index, run.config.retrieval)
-            client = local_client(run.config.model, run.config, self.endpoints)
+            client = local_client(
+                run.config.model, run.config, self.endpoints, run.config.run.request_seed()
+            )
             asyncio.run(_run_all(run, searcher, client, self.concurrency))
             if run.stop_reason():
                 log(f"stopped: {run.stop_reason()}")

@@ -222,6 +222,8 @@ RUN_IDENTITY = [
     "offline.seed",
     "offline.request_log",
     "offline.model_aliases",
+    "run",  # only an epoch after the first: epoch 1 is named as a run without epochs
+    "run.epoch",
 ]
 NOT_RUN_IDENTITY = [
     "retrieval.index_root",
@@ -318,6 +320,7 @@ NOT_RUN_IDENTITY = [
     "offline.batch.expire_rate",
     "offline.batch.max_requests",
     "offline.batch.max_bytes",
+    "run.epochs",
 ]
 
 
@@ -405,3 +408,15 @@ def test_the_manifest_keeps_no_secret_of_the_environment(tmp_path: Path, monkeyp
     with RunStore(tmp_path / "run", config):
         pass
     assert secret not in (tmp_path / "run" / "manifest.json").read_text()
+
+
+def test_epoch_one_is_named_as_a_run_without_epochs_and_each_later_epoch_apart() -> None:
+    """Raising `run.epochs` adds epochs to the same run: the first keeps the run's name."""
+    from piserini_ray.config import RunConfig
+
+    plain = RunConfig()
+    three = RunConfig.model_validate({"run": {"epochs": 3}})
+    assert three.config_hash() == plain.config_hash()
+    hashes = {three.for_epoch(e).config_hash() for e in (1, 2, 3)}
+    assert len(hashes) == 3 and plain.config_hash() in hashes
+    assert [three.for_epoch(e).run.request_seed() for e in (1, 2, 3)] == [None, 2, 3]

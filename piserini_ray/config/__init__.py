@@ -635,10 +635,41 @@ def _file_identity(path: str, size: int, mtime_ns: int) -> str:
     return f"{size}:{digest.hexdigest()}"
 
 
+class EpochsConfig(StrictModel):
+    """Repeated runs of the same queries (`run.epochs`): each epoch is a run of its own, in
+    `<run dir>/epochs/<e>/` (epoch 1 is the run directory itself), with its own records,
+    verdicts and resume; the report gives accuracy as mean ± sd over epochs, pass@k, pass^k
+    and a query-clustered interval (`metrics/epochs.py`)."""
+
+    # The count is no identity: raising it later adds epochs to the same run. Each epoch is
+    # its own identity (its seed): epoch 1 is named as a run without epochs.
+    IDENTITY = ("epoch",)
+    NOT_IDENTITY = ("epochs",)
+
+    epochs: int = Field(1, ge=1, le=100)
+    #: Which epoch this config runs (set by the pipeline for each epoch, `for_epoch`). Epoch
+    #: e > 1 sends `seed: e` with every agent call where the route takes one.
+    epoch: int = Field(1, ge=1)
+
+    def request_seed(self) -> int | None:
+        """The `seed` request parameter of this epoch's agent calls (None: none is sent)."""
+        return self.epoch if self.epoch > 1 else None
+
+
 class RunConfig(StrictModel):
     """The whole configuration of a run."""
 
-    IDENTITY = ("benchmark", "slice", "retrieval", "tools", "model", "retry", "agent", "offline")
+    IDENTITY = (
+        "benchmark",
+        "slice",
+        "retrieval",
+        "tools",
+        "model",
+        "retry",
+        "agent",
+        "offline",
+        "run",
+    )
     NOT_IDENTITY = ("runtime", "judge", "pricing")
 
     benchmark: BenchmarkConfig = BenchmarkConfig()
@@ -653,6 +684,7 @@ class RunConfig(StrictModel):
     runtime: RuntimeConfig = RuntimeConfig()
     judge: JudgeConfig = JudgeConfig()
     pricing: PricingConfig = PricingConfig()
+    run: EpochsConfig = EpochsConfig()
 
     def judge_model(self) -> ModelConfig:
         if self.judge.models:
@@ -673,12 +705,18 @@ class RunConfig(StrictModel):
         served_offline = self.model.is_offline and self.model.api_base is None
         if not (served_offline or with_offline):
             data.pop("offline")  # no run-started offline provider serves this model
+        if self.run.epoch == 1:
+            data.pop("run")  # a run without epochs is its own epoch 1
         for section, key in _DATA_KEYS:
             if data[section][key] is not None:
                 data[section][key] = file_identity(Path(data[section][key]))
         _retrieval_identity(data["retrieval"], self.retrieval)
         canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
         return hashlib.sha256(canonical).hexdigest()[:16]
+
+    def for_epoch(self, epoch: int) -> RunConfig:
+        """This config as its epoch `epoch` runs it."""
+        return self.model_copy(update={"run": self.run.model_copy(update={"epoch": epoch})})
 
     def data_keys(self) -> dict[str, str]:
         """The content key of each data file the run reads (`benchmark.corpus`, ...), by its

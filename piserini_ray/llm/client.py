@@ -36,7 +36,7 @@ from piserini_ray.llm.retry import (
 )
 from piserini_ray.llm.secrets import key_variable, scrub
 from piserini_ray.llm.usage import (
-    ReportedPrompt,
+    ReportedPrompts,
     character_estimate,
     estimate_prompt,
     usage_from_response,
@@ -179,18 +179,22 @@ class LLMClient:
         limiter: Limiter | None = None,
         seed: int | None = None,
         keys: Mapping[str, SecretStr] | None = None,
+        request_seed: int | None = None,
     ) -> None:
         """`keys`: key values by variable name, handed over by the driver (`secrets.driver_keys`);
-        a variable missing there is read from this process's environment."""
+        a variable missing there is read from this process's environment. `request_seed`: sent
+        as the `seed` parameter where litellm's route takes one (an epoch's seed); `seed`
+        only seeds the back-off's jitter."""
         self.model = model
         self.retry = retry
         self.api_base = api_base or model.api_base
         self.limiter = limiter
         self._rng = random.Random(seed)
-        #: The last request whose prompt the provider reported: what calibrates the estimate of
-        #: an unreported one (`_estimate`). None until a call reports usage.
-        self.last_reported: ReportedPrompt | None = None
+        #: The requests whose prompts the provider reported: what calibrates the estimate of
+        #: an unreported one (`_estimate`).
+        self.reported = ReportedPrompts()
         self._keys = dict(keys or {})
+        self.request_seed = request_seed
 
     def _api_key(self) -> str | None:
         name = key_variable(self.model, self.api_base)
@@ -235,6 +239,8 @@ class LLMClient:
             params["max_tokens"] = self.model.max_output_tokens
         if self.model.reasoning_effort is not None:
             params["reasoning_effort"] = self.model.reasoning_effort
+        if self.request_seed is not None and self.takes_seed:
+            params["seed"] = self.request_seed
         if self.model.prompt_caching == "auto" and self.provider == "anthropic":
             # Anthropic caches only marked prefixes: the system prompt (shared by every query)
             # and the conversation's last message, which moves each turn; the next request
@@ -245,6 +251,18 @@ class LLMClient:
                 {"location": "message", "index": -1},
             ]
         return params | self.model.extra
+
+    @functools.cached_property
+    def takes_seed(self) -> bool:
+        """Whether litellm's route sends a `seed` parameter (OpenAI's and compatible routes do;
+        Anthropic's has none, and litellm would refuse the call)."""
+        try:
+            supported = litellm.get_supported_openai_params(
+                model=self.model.resolved_litellm_model(), custom_llm_provider=self.provider
+            )
+        except Exception:
+            return False
+        return "seed" in (supported or [])
 
     @functools.cached_property
     def provider(self) -> str:
@@ -279,7 +297,6 @@ class LLMClient:
         tracker = waits or _NoTracker()
         # Quotas count tokens before the provider does: ~4 characters a token is close enough.
         estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
-        sent_messages = list(messages)  # the agent appends to its list after the call
         call = trace if trace is not None else CallTrace()
         failures = call.failures
 
@@ -327,7 +344,7 @@ class LLMClient:
                 if usage_reported(response):
                     usage = usage_from_response(response)
                     used = (usage.input_tokens, usage.output_tokens)
-                    self.last_reported = ReportedPrompt(sent_messages, tools, usage.input_tokens)
+                    self.reported.note(messages, tools, usage.input_tokens)
             except asyncio.CancelledError:
                 # Cut in flight (the budget): litellm sends within milliseconds of the call (a
                 # route's `pre_api_call` is not always reported: the Responses bridge's is not),
@@ -356,12 +373,12 @@ class LLMClient:
         except InfrastructureError:
             raise  # the scheduler re-runs the query; it is no failure of the call
         except asyncio.CancelledError:  # cut (the budget): the provider bills what it received
-            await self._estimate(call, sent_messages, tools)
+            await self._estimate(call, messages, tools)
             raise
         except Exception as exc:
             failure = classify(exc)
             scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
-            await self._estimate(call, sent_messages, tools)
+            await self._estimate(call, messages, tools)
             raise RetryError(
                 scrubbed, call.attempts, failures, call.model_seconds, call.waited_seconds
             ) from None
@@ -391,7 +408,7 @@ class LLMClient:
             self.model.resolved_litellm_model(),
             messages,
             tools,
-            self.last_reported,
+            self.reported,
         )
         call.estimate = Usage(input_tokens=tokens, estimated_input_tokens=tokens)
 

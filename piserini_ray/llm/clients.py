@@ -26,10 +26,12 @@ def build_client(
     api_base: str | None,
     limiters: LimiterRegistry | None,
     keys: Mapping[str, SecretStr] | None = None,
+    seed: int | None = None,
 ) -> LLMClient:
     """An LLM client for `model` at `api_base` (None: the provider's default endpoint), under
     the limiter that `limiters` holds for the model's quota key (`offline`: the settings that
     name an offline model's account), with the key values the driver handed over (`keys`; else
-    this process's environment)."""
+    this process's environment); `seed`: the `seed` request parameter, where the route takes
+    one (an epoch's, `EpochsConfig.request_seed`)."""
     limiter = limiters.limiter(model, offline) if limiters is not None else None
-    return LLMClient(model, retry, api_base=api_base, limiter=limiter, keys=keys)
+    return LLMClient(model, retry, api_base=api_base, limiter=limiter, keys=keys, request_seed=seed)

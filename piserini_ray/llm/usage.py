@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,19 +154,53 @@ class ReportedPrompt:
         return self.tools == tools and len(messages) >= n and messages[:n] == self.messages
 
 
+class ReportedPrompts:
+    """The last two reported requests of each recent conversation (a conversation is named by
+    its first two messages: the system prompt and the question), and the latest of all. A
+    client serves many queries at once, so the previous request of the query being estimated
+    is looked up by its conversation, not taken as the client's last."""
+
+    CONVERSATIONS = 512
+
+    def __init__(self) -> None:
+        self._by_conversation: OrderedDict[bytes, tuple[ReportedPrompt, ...]] = OrderedDict()
+        self.latest: ReportedPrompt | None = None
+
+    @staticmethod
+    def _conversation(messages: list[dict[str, Any]]) -> bytes:
+        return hashlib.blake2b(orjson.dumps(messages[:2]), digest_size=16).digest()
+
+    def note(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tokens: int
+    ) -> None:
+        reported = ReportedPrompt(list(messages), tools, tokens)
+        key = self._conversation(messages)
+        earlier = self._by_conversation.pop(key, ())
+        self._by_conversation[key] = (*earlier[-1:], reported)
+        while len(self._by_conversation) > self.CONVERSATIONS:
+            self._by_conversation.popitem(last=False)
+        self.latest = reported
+
+    def history(self, messages: list[dict[str, Any]]) -> tuple[ReportedPrompt, ...]:
+        """The conversation's reported requests, oldest first (at most two)."""
+        return self._by_conversation.get(self._conversation(messages), ())
+
+
 def estimate_prompt(
     litellm_model: str,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
-    last: ReportedPrompt | None,
+    reported: ReportedPrompts,
 ) -> tuple[int, str]:
     """(prompt tokens, how they were counted) of a request the provider did not report.
 
     The local count is the model's tokenizer where litellm ships one (`count_prompt`), else
-    characters / 4. A provider counts what no local tokenizer sees (how it renders tools, its
-    own system text), so the provider's last reported request calibrates it: a request that
-    continues that one (the agent's next turn) is its reported count plus the local count of
-    what was added; another request is scaled by the reported / local ratio of that one.
+    characters / 4. A provider counts what no local tokenizer sees (how it renders tools and
+    reasoning, its own system text), so its reported counts calibrate the local one: a request
+    that continues the conversation's last reported one (the agent's next turn) is that count
+    plus the part added since, scaled by the provider's tokens per local token over the
+    conversation's previous step (or its whole last prompt); any other request is the local
+    count scaled by the ratio of the latest reported request.
     """
 
     def local(msgs: list[dict[str, Any]], t: list[dict[str, Any]] | None) -> tuple[int, str]:
@@ -173,22 +208,24 @@ def estimate_prompt(
         return counted if counted is not None else (character_estimate(msgs, t), "characters / 4")
 
     tokens, method = local(messages, tools)
-    if last is None:
-        return tokens, method + (
-            " (no call of this client reported usage yet)"
-            if method.startswith("characters")
-            else ""
-        )
-    before, _ = local(last.messages, last.tools)
-    ratio = last.tokens / max(1, before)
-    if last.is_prefix_of(messages, tools):
-        # Characters are no token count: the added part is scaled by the ratio too.
-        scale = ratio if method.startswith("characters") else 1.0
+    history = reported.history(messages)
+    if history and history[-1].is_prefix_of(messages, tools):
+        last = history[-1]
+        before, _ = local(last.messages, last.tools)
+        scale = last.tokens / max(1, before)
+        if len(history) == 2 and history[0].is_prefix_of(last.messages, last.tools):
+            earlier, _ = local(history[0].messages, history[0].tools)
+            if before > earlier and last.tokens > history[0].tokens:
+                scale = (last.tokens - history[0].tokens) / (before - earlier)
         added = round((tokens - before) * scale)
         return max(1, last.tokens + added), (
             f"{method}: the provider's count of the previous request ({last.tokens}) + "
-            f"{added} added"
+            f"{added} added (x{scale:.3f}, the provider's tokens per counted one)"
         )
+    latest = reported.latest
+    if latest is None:
+        return tokens, f"{method} (no call of this client reported usage yet)"
+    ratio = latest.tokens / max(1, local(latest.messages, latest.tools)[0])
     return max(1, round(tokens * ratio)), (
         f"{method}: ratio {ratio:.3f} (the provider's last reported count / this count)"
     )

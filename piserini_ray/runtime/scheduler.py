@@ -414,6 +414,7 @@ class Dispatcher:
             api_base=self.gateways.api_base(self.bases[str(plan.run_dir)], node),
             limiter_prefix=self.replicas.prefix,
             keys=self._keys(plan),
+            seed=config.run.request_seed(),
         )
 
     def _keys(self, plan: PreparedRun) -> dict[str, SecretStr]:

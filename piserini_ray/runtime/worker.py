@@ -55,6 +55,8 @@ class QueryJob(BaseModel):
     limiter_prefix: str  # the job's limiter actors' names begin so (one per quota key)
     #: The model's key, read on the driver: in memory only, shown masked (`SecretStr`).
     keys: dict[str, SecretStr] = {}
+    #: The epoch's `seed` request parameter (`EpochsConfig.request_seed`).
+    seed: int | None = None
 
 
 @ray.remote
@@ -125,7 +127,7 @@ class SearchWorker:
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
         handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(job.keys.items())]
-        key = "|".join([*settings, str(job.api_base), job.limiter_prefix, *handed])
+        key = "|".join([*settings, str(job.api_base), job.limiter_prefix, str(job.seed), *handed])
         if key not in self._clients:
             self._clients[key] = build_client(
                 job.model,
@@ -134,6 +136,7 @@ class SearchWorker:
                 api_base=job.api_base,
                 limiters=RayLimiters(job.limiter_prefix),
                 keys=job.keys,
+                seed=job.seed,
             )
         return self._clients[key]
 

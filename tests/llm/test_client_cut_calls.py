@@ -108,7 +108,7 @@ def test_a_cancelled_call_keeps_its_prompt_calibrated_by_the_providers_last_coun
         provider.script(Scripted(kind="hang", seconds=600))
         traces = [await _cut(client, provider)]
         await client.complete(MESSAGES, TOOLS)  # reported: calibrates what follows
-        assert client.last_reported is not None
+        assert client.reported.latest is not None
         for messages in (MESSAGES, longer, other):
             provider.script(Scripted(kind="hang", seconds=600))
             traces.append(await _cut(client, provider, messages))
@@ -143,7 +143,9 @@ def test_a_cancelled_call_is_counted_with_the_models_tokenizer_offline(
     assert local_tokenizer("openai/gpt-5") == "o200k_base"
     provider.script(Scripted(kind="hang", seconds=600))
     trace = asyncio.run(_cut(_client(provider, "gpt-5"), provider))
-    assert trace.estimate_method == "tokenizer o200k_base"
+    assert (
+        trace.estimate_method == "tokenizer o200k_base (no call of this client reported usage yet)"
+    )
     tools: Any = TOOLS  # OpenAI tool dicts (litellm types them as TypedDicts)
     expected = litellm.token_counter(model="gpt-5", messages=MESSAGES, tools=tools)
     assert trace.estimate is not None and trace.estimate.input_tokens == expected > 100
