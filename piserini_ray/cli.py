@@ -39,7 +39,26 @@ def _config(args: argparse.Namespace) -> RunConfig:
         overrides["retrieval.index_root"] = str(args.index_root)
     if getattr(args, "runs_root", None) is not None:
         overrides["runtime.runs_root"] = str(args.runs_root.absolute())
+    if getattr(args, "epochs", None) is not None:
+        overrides["run.epochs"] = args.epochs
     return load_config(args.config, overrides)
+
+
+def _with_epochs(config: RunConfig, epochs: int | None) -> RunConfig:
+    """`config` with `--epochs` applied (more epochs are added to the same run)."""
+    if epochs is None:
+        return config
+    return config.model_copy(update={"run": config.run.model_copy(update={"epochs": epochs})})
+
+
+def _epochs_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--epochs",
+        type=int,
+        metavar="K",
+        help="run each query K times with distinct seeds (run.epochs); epoch e > 1 goes to "
+        "<run dir>/epochs/<e>, and the report adds mean ± sd, pass@k and pass^k",
+    )
 
 
 def _index(cfg: RunConfig, benchmark: Benchmark, dense: bool) -> Path:
@@ -118,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
-    runs: list[tuple[RunConfig, Path | None]] = [(manifest_config(args.run_dir), args.run_dir)]
+    config = _with_epochs(manifest_config(args.run_dir), args.epochs)
+    runs: list[tuple[RunConfig, Path | None]] = [(config, args.run_dir)]
     return _run_and_report(runs, args.engine, args.concurrency, retry_failed=args.retry_failed)
 
 
@@ -367,6 +387,11 @@ def _print_report(report: Report) -> None:
         print("\n" + report.paired)
     if report.combined:
         print("combined report: " + "  ".join(str(p) for p in report.combined))
+    from piserini_ray.report.epochs import epochs_markdown
+
+    for epochs in report.epochs:
+        print("\n" + epochs_markdown(epochs))
+        print(f"epochs report: {Path(epochs.run_dir).absolute() / 'epochs.md'}")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -407,7 +432,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
     from piserini_ray.sweep import expand_sweep, reference_run
 
-    runs = expand_sweep(args.config, args.runs_root)
+    runs = [(_with_epochs(c, args.epochs), d) for c, d in expand_sweep(args.config, args.runs_root)]
     reference = reference_run(args.config, runs)  # a bad reference stops before any work
     _log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
     return _run_and_report(list(runs), "ray", 0, reference=reference)
@@ -608,6 +633,7 @@ def _run_commands(sub: Any, add: _Add) -> None:
         "stop: a wrong key, model or endpoint shows in seconds (every run does this for "
         "hosted models before its first query)",
     )
+    _epochs_argument(p)
     _engine_arguments(p)
     p.set_defaults(func=cmd_run)
     p = add("estimate", "Project a run's cost and makespan from a seeded pilot of its slice.")
@@ -624,6 +650,7 @@ def _run_commands(sub: Any, add: _Add) -> None:
         help="run every failed query again (failures that were not the query's fault, such as "
         "a lost node or a provider outage, always run again)",
     )
+    _epochs_argument(p)
     _engine_arguments(p)
     p.set_defaults(func=cmd_resume)
     p = sub.add_parser("sweep", help="Expand a sweep file into runs and execute them together.")
@@ -631,6 +658,7 @@ def _run_commands(sub: Any, add: _Add) -> None:
         "config", type=Path, help="a sweep file (see configs/sweep_models_timeouts.yaml)"
     )
     p.add_argument("--runs-root", type=Path, help="default: runtime.runs_root")
+    _epochs_argument(p)
     p.set_defaults(func=cmd_sweep)
 
 

@@ -60,6 +60,8 @@ class PreparedRun:
     def complete(self, record: QueryRecord, progress: Progress | None = None) -> None:
         """A query ended: write its record (once: the store refuses a second), count its spend
         against the cost cap, apply the failure policy, and show it."""
+        if record.epoch != self.config.run.epoch:
+            record = record.model_copy(update={"epoch": self.config.run.epoch})
         self.store.append(record)
         self.guard.finished(record.usage)
         self.ran += 1

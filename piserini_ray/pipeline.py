@@ -42,6 +42,7 @@ from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.store import RunStore, manifest_config
 
 if TYPE_CHECKING:
+    from piserini_ray.report.epochs import EpochsReport
     from piserini_ray.report.facts import QueryFacts
     from piserini_ray.report.metrics import RunMetrics
     from piserini_ray.report.paired import PairedComparison, RunFacts
@@ -79,7 +80,7 @@ def make_engine(name: str, concurrency: int = 4, release_ray: bool = False) -> E
 
 
 def execute(
-    runs: list[tuple[RunConfig, Path | None]],
+    runs: Sequence[tuple[RunConfig, Path | None]],
     engine: Engine,
     log: Log,
     only: set[str] | None = None,
@@ -191,6 +192,25 @@ def default_run_dir(config: RunConfig, root: Path | None = None) -> Path:
     return earlier if not path.exists() and (earlier / "manifest.json").exists() else path
 
 
+def epoch_dir(run_dir: Path, epoch: int) -> Path:
+    """Where epoch `epoch` of the run in `run_dir` lives: epoch 1 is the run directory."""
+    return run_dir if epoch == 1 else run_dir / "epochs" / str(epoch)
+
+
+def with_epochs(runs: Sequence[tuple[RunConfig, Path | None]]) -> list[tuple[RunConfig, Path]]:
+    """Each run as the runs of its epochs (`run.epochs`), every one in its own directory
+    (`epoch_dir`); a run without epochs, or one epoch's own config, as itself."""
+    expanded = []
+    for config, run_dir in runs:
+        base = run_dir or default_run_dir(config)
+        if config.run.epoch != 1:  # one epoch, resumed or reported on its own
+            expanded.append((config, base))
+            continue
+        for epoch in range(1, config.run.epochs + 1):
+            expanded.append((config.for_epoch(epoch), epoch_dir(base, epoch)))
+    return expanded
+
+
 def check_models(configs: list[RunConfig], log: Log, include_offline: bool = False) -> None:
     """One tiny request to each distinct model of the runs (`llm/check.py`); offline models
     too with `include_offline` (`run --check`)."""
@@ -202,7 +222,7 @@ def check_models(configs: list[RunConfig], log: Log, include_offline: bool = Fal
 
 
 def prepare(
-    runs: list[tuple[RunConfig, Path | None]],
+    runs: Sequence[tuple[RunConfig, Path | None]],
     log: Log,
     stack: contextlib.ExitStack,
     only: set[str] | None = None,
@@ -401,15 +421,13 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     primary = config.judge_model()
     with RunStore(run_dir, config, log=log) as store:
-        judgements = store.judgements(primary.name)
-        others = [m for m in store.judge_models() if m != primary.name]
-        verdicts = {name: store.judgements(name) for name in others} | {primary.name: judgements}
+        judgements, verdicts = _verdicts(config, store)
+        others = [m for m in verdicts if m != primary.name]
         panel = None
-        if config.judge.models:  # the run's verdict is the panel's majority
-            from piserini_ray.report.panel import panel_summary, panel_verdicts
+        if config.judge.models:
+            from piserini_ray.report.panel import panel_summary
 
             names = [m.name for m in config.judge.models]
-            judgements = panel_verdicts(verdicts, names, config.judge.panel_ties)
             panel = panel_summary(verdicts, names, config.judge.panel_ties)
         records = _answers(store, wanted)
         answers = {r.query_id: r.exact_answer for r in records}
@@ -428,6 +446,22 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
     return metrics
 
 
+def _verdicts(
+    config: RunConfig, store: RunStore
+) -> tuple[dict[str, Judgement], dict[str, dict[str, Judgement]]]:
+    """The run's verdict on each judged query (its judge's, or its panel's majority), and
+    every judge's verdicts by judge."""
+    primary = config.judge_model().name
+    names = [primary, *(m for m in store.judge_models() if m != primary)]
+    verdicts = {name: store.judgements(name) for name in names}
+    if not config.judge.models:
+        return verdicts[primary], verdicts
+    from piserini_ray.report.panel import panel_verdicts
+
+    panel = [m.name for m in config.judge.models]
+    return panel_verdicts(verdicts, panel, config.judge.panel_ties), verdicts
+
+
 @dataclass
 class Report:
     """What `report_runs` wrote: each run's metrics, the markdown table, and the combined
@@ -437,6 +471,31 @@ class Report:
     table: str
     paired: str | None = None
     combined: list[Path] = field(default_factory=list)
+    #: The epochs report of each run with epochs (`report_epochs`).
+    epochs: list[EpochsReport] = field(default_factory=list)
+
+
+def report_epochs(config: RunConfig, run_dir: Path, log: Log) -> EpochsReport:
+    """Accuracy over the epochs of the run in `run_dir` (`metrics/epochs.py`), from each
+    epoch's verdicts (nothing is called), written to `epochs.json` and `epochs.md` there."""
+    from piserini_ray.metrics.epochs import epoch_stats
+    from piserini_ray.report.epochs import EpochsReport, write_epochs_report
+
+    outcomes, dirs = [], []
+    for epoch in range(1, config.run.epochs + 1):
+        folder = epoch_dir(run_dir, epoch)
+        facts = run_facts(folder, log).facts if (folder / "manifest.json").exists() else []
+        outcomes.append({f.query_id: f.verdict == "judged" and bool(f.correct) for f in facts})
+        dirs.append(str(folder))
+    report = EpochsReport(
+        run_dir=str(run_dir),
+        model=config.model.name,
+        stats=epoch_stats(outcomes, config.judge.seed),
+        epoch_dirs=dirs,
+        seeds=[config.for_epoch(e).run.request_seed() for e in range(1, config.run.epochs + 1)],
+    )
+    write_epochs_report(report, run_dir)
+    return report
 
 
 def report_runs(
@@ -453,12 +512,18 @@ def report_runs(
     `reference` when one is named."""
     from piserini_ray.report import markdown_report, write_html_report
 
+    every = with_epochs(runs)
     if engine is not None:
         with _closing(engine):
-            for config, run_dir in runs:
-                judge_run(config, Path(run_dir), engine, log, extra_judges)
-    metrics = [reduce(config, Path(run_dir), log) for config, run_dir in runs]
+            for config, run_dir in every:
+                judge_run(config, run_dir, engine, log, extra_judges)
+    metrics = [reduce(config, run_dir, log) for config, run_dir in every]
     report = Report(metrics, markdown_report(metrics))
+    report.epochs = [
+        report_epochs(config, Path(run_dir), log)
+        for config, run_dir in runs
+        if config.run.epochs > 1 and config.run.epoch == 1
+    ]
     if out is not None or len(runs) > 1:
         folder = out or Path(runs[0][1]).parent
         folder.mkdir(parents=True, exist_ok=True)
@@ -485,12 +550,12 @@ def run_and_report(
     """The main job: execute the runs, hand each summary to `on_summary` (before judging,
     which takes a while), judge them on the same engine and report. Returns the report and the
     job's exit status (the worst of its runs': `RunSummary.exit_status`)."""
+    named = [(config, run_dir or default_run_dir(config)) for config, run_dir in runs]
     with _closing(engine):
-        summaries = execute(runs, engine, log, retry_failed=retry_failed)
+        summaries = execute(with_epochs(named), engine, log, retry_failed=retry_failed)
         for summary in summaries:
             on_summary(summary)
-        done = [(config, Path(s.run_dir)) for (config, _), s in zip(runs, summaries, strict=True)]
-        report = report_runs(done, log, engine, reference=reference)
+        report = report_runs(named, log, engine, reference=reference)
     return report, max((s.exit_status() for s in summaries), default=0)
 
 
@@ -532,8 +597,12 @@ def run_facts(run_dir: Path, log: Log) -> RunFacts:
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
     judge = config.judge_model().name
+    if config.judge.models:
+        from piserini_ray.report.panel import panel_name
+
+        judge = panel_name([m.name for m in config.judge.models])
     with RunStore(run_dir, config, log=log) as store:
-        facts = _facts(store, benchmark, wanted, store.judgements(judge))
+        facts = _facts(store, benchmark, wanted, _verdicts(config, store)[0])
         directory = str(store.run_dir)
     price = pricing_for(config).price(config.model.name)
     from piserini_ray.report.paired import RunFacts

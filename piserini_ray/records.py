@@ -84,6 +84,9 @@ class QueryRecord(BaseModel):
     run_id: str
     config_hash: str
     query_id: str
+    #: Which epoch of the run answered (`run.epochs`): a run's records are keyed by query and
+    #: epoch, each epoch in its own directory.
+    epoch: int = 1
     model: str
     status: Status
     error: str | None = None

@@ -12,6 +12,10 @@ repeated conversation gets the same reply):
 6. answer: the candidate (a name, number or date, by the question's wording) that occurs most
    often near the question's words in the opened documents, citing where it was found.
 
+With a `temperature` above 0 the answer is drawn from the five best candidates with weights
+score^(1 / temperature), seeded by the request's `seed` (0 when none) and the question: the same
+seed gives the same answer, another seed may not (what epochs, `run.epochs`, need to differ).
+
 After the submit-now steer, or when a tool says it is blocked, it answers at once. Its accuracy
 is whatever this lexical heuristic achieves; it exists to exercise every tool, the steer and the
 answer format at zero cost, not to be clever.
@@ -19,8 +23,10 @@ answer format at zero cost, not to be clever.
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -78,8 +84,9 @@ def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
     question = question_of(messages)
     keywords = [t for t in query_tokens(question) if t not in QUESTION_WORDS][:12]
     hops = hops_so_far(messages)
+    sampling = _sampling(request)
     if must_answer(messages) or not keywords:
-        return answer_from(question, keywords, hops)
+        return answer_from(question, keywords, hops, sampling)
     planned = _planned_hops(question)
     if not hops:
         return tool_reply(
@@ -120,7 +127,30 @@ def heuristic_policy(request: dict[str, Any]) -> PolicyReply:
                 f"Search again with a new clue: {clue}.",
                 query=" ".join([clue, *rest[:4]]),
             )
-    return answer_from(question, keywords, hops)
+    return answer_from(question, keywords, hops, sampling)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a sampled answer is drawn: weights score^(1 / temperature), from `rng`."""
+
+    temperature: float
+    rng: random.Random
+
+    def pick(self, ranked: list[tuple[str, int]]) -> tuple[str, int]:
+        weights = [score ** (1 / self.temperature) for _, score in ranked]
+        return self.rng.choices(ranked, weights)[0]
+
+
+def _sampling(request: dict[str, Any]) -> Sampling | None:
+    """The draw of a sampled answer (a temperature above 0), seeded by the request's seed."""
+    temperature = request.get("temperature")
+    if not isinstance(temperature, int | float) or temperature <= 0:
+        return None
+    seed = request.get("seed")
+    question = question_of(request.get("messages") or [])
+    rng = random.Random(f"{seed if isinstance(seed, int) else 0}:{question}")
+    return Sampling(float(temperature), rng)
 
 
 # ---------------------------------------------------------------------- reading the conversation
@@ -244,9 +274,15 @@ def _sentences(text: str) -> list[str]:
 # ---------------------------------------------------------------------- answering
 
 
-def answer_from(question: str, keywords: list[str], hops: list[dict[str, Any]]) -> PolicyReply:
+def answer_from(
+    question: str,
+    keywords: list[str],
+    hops: list[dict[str, Any]],
+    sampling: Sampling | None = None,
+) -> PolicyReply:
     """The best-typed candidate near the question's words, from the last hop's documents
-    (earlier hops' documents and hit excerpts count less)."""
+    (earlier hops' documents and hit excerpts count less); with `sampling`, one of the five
+    best drawn by score."""
     asked = set(query_tokens(question))
     pattern = _answer_pattern(question)
     used = {str(h["clue"]).lower() for h in hops if h["clue"]}
@@ -281,9 +317,9 @@ def answer_from(question: str, keywords: list[str], hops: list[dict[str, Any]]) 
             content="Explanation: The documents I read did not name an answer.\n"
             "Exact Answer: unknown\nConfidence: 5%"
         )
-    ranked = scores.most_common(2)
-    best, top = ranked[0]
-    runner_up = ranked[1][1] if len(ranked) > 1 else 0
+    ranked = scores.most_common(5 if sampling is not None else 2)
+    best, top = ranked[0] if sampling is None else sampling.pick(ranked)
+    runner_up = max((score for name, score in ranked if name != best), default=0)
     confidence = max(10, min(90, int(100 * top / (top + runner_up + 1))))
     cites = " ".join(f"[{d}]" for d in where[best][:3])
     return PolicyReply(

@@ -1,0 +1,73 @@
+"""The epochs report of a run repeated k times (`run.epochs`): `epochs.json` and `epochs.md`
+in the run's directory, beside epoch 1's own report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from piserini_ray.metrics.epochs import EpochStats
+from piserini_ray.report._format import percent
+
+
+class EpochsReport(BaseModel):
+    run_dir: str
+    model: str
+    stats: EpochStats
+    #: Each epoch's directory, epoch 1 first (the run directory itself).
+    epoch_dirs: list[str]
+    #: The `seed` request parameter each epoch's agent calls carried (None: none sent).
+    seeds: list[int | None]
+
+
+def _pct(value: float | None) -> str:
+    return f"{percent(value)} %"
+
+
+def epochs_markdown(report: EpochsReport) -> str:
+    s = report.stats
+    k = s.epochs
+    sd = f" ± {_pct(s.accuracy_sd)}" if s.accuracy_sd is not None else ""
+    interval = (
+        f" (95 % CI {_pct(s.accuracy_interval[0])}–{_pct(s.accuracy_interval[1])}, "
+        "bootstrap over queries with all their epochs)"
+        if s.accuracy_interval is not None
+        else ""
+    )
+    lines = [
+        f"## Epochs: {report.model}, {k} epochs of {s.queries} queries",
+        "",
+        f"Accuracy {_pct(s.accuracy_mean)}{sd} (mean ± sd over epochs){interval}.",
+        f"Consistency: {_pct(s.consistency)} of queries got the same verdict in every epoch.",
+        "",
+        "| epoch | accuracy | seed | directory |",
+        "|---:|---:|---:|---|",
+        *(
+            f"| {e} | {_pct(a)} | {'none' if seed is None else seed} | `{d}` |"
+            for e, (a, seed, d) in enumerate(
+                zip(s.accuracy_per_epoch, report.seeds, report.epoch_dirs, strict=True), 1
+            )
+        ),
+        "",
+        "| k | pass@k (solved at least once) | pass^k (solved every time) |",
+        "|---:|---:|---:|",
+        *(f"| {j} | {_pct(s.pass_at[j])} | {_pct(s.pass_all[j])} |" for j in s.pass_at),
+        "",
+        "| epochs correct | queries |",
+        "|---:|---:|",
+        *(f"| {c} of {k} | {n} |" for c, n in s.correct_counts.items()),
+    ]
+    if s.incomplete:
+        shown = ", ".join(s.incomplete[:10]) + (" ..." if len(s.incomplete) > 10 else "")
+        lines += [
+            "",
+            f"{len(s.incomplete)} quer{'y' if len(s.incomplete) == 1 else 'ies'} without a "
+            f"verdict in every epoch, left out: {shown} (`resume` runs what is missing)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_epochs_report(report: EpochsReport, run_dir: Path) -> None:
+    (run_dir / "epochs.json").write_text(report.model_dump_json(indent=2))
+    (run_dir / "epochs.md").write_text(epochs_markdown(report))
