@@ -69,7 +69,7 @@ class PreparedRun:
             self.failures[_cause(record.error)] += 1
             self._apply_failure_policy()
         if progress is not None:
-            price = self.pricing.price(record.model)
+            price = self.pricing.model_price(self.config.model)
             cost = price.cost(record.usage) if price else None
             estimated = price.estimated_cost(record.usage) if price else 0.0
             progress.record(record.status, record.usage, cost, estimated)

@@ -147,7 +147,7 @@ def run_on_ray(
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
     """The console summary of a run's records (statuses, tools, tokens, cost)."""
-    price = pricing_for(config).price(config.model.name)
+    price = pricing_for(config).model_price(config.model)
     n = max(1, len(records))
     tools: Counter[str] = Counter()
     for record in records:
@@ -279,7 +279,7 @@ def prepare(
 
 def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> CostGuard:
     """The run's cost cap, counting what its records already spent (a resumed run)."""
-    price = pricing.price(config.model.name)
+    price = pricing.model_price(config.model)
     cap = config.pricing.max_cost_usd
     if cap is None or price is None:
         return CostGuard(None, price)
@@ -440,7 +440,7 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         facts = _facts(store, benchmark, wanted, judgements, viewer)
         pricing = pricing_for(config)
         metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
-        viewer.write_index(facts, pricing.price(config.model.name))
+        viewer.write_index(facts, pricing.model_price(config.model))
     metrics = metrics.model_copy(update={"judge_agreement": agreement, "panel": panel})
     write_run_reports(metrics, Path(run_dir), viewer=True)
     return metrics
@@ -604,7 +604,7 @@ def run_facts(run_dir: Path, log: Log) -> RunFacts:
     with RunStore(run_dir, config, log=log) as store:
         facts = _facts(store, benchmark, wanted, _verdicts(config, store)[0])
         directory = str(store.run_dir)
-    price = pricing_for(config).price(config.model.name)
+    price = pricing_for(config).model_price(config.model)
     from piserini_ray.report.paired import RunFacts
 
     return RunFacts(

@@ -29,8 +29,17 @@ def preflight_runs(configs: Sequence[RunConfig]) -> list[PricingTable]:
 
 def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
     pricing = pricing or pricing_for(config)
-    _check_priced("model.name", config.model.name, pricing)
+    _check_priced("model", config.model, pricing)
     _check_key("model", config.model)
+    if config.model.service_tier == "batch":
+        # The agent's turns through a batch endpoint need a batcher in front of the loop;
+        # until then a batch agent would silently run at the standard tier and price.
+        raise ConfigError(
+            "model.service_tier: batch is not available for the agent yet (its turns would go "
+            "out one by one at the standard tier). Use service_tier: flex for OpenAI models "
+            "(batch prices, same trajectories), and judge.model.service_tier: batch for the "
+            "judge"
+        )
     preflight_judge(config, pricing)
     for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
         path = getattr(config.benchmark, field)
@@ -42,17 +51,58 @@ def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
 
 def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> None:
     """The judge's share of the checks: priced, and its key variable set (before judging)."""
-    _check_priced("judge model", config.judge_model().name, pricing or pricing_for(config))
-    _check_key("judge.model", config.judge_model())
+    pricing = pricing or pricing_for(config)
+    for model in config.judge.models or [config.judge_model()]:
+        _check_priced("judge.model", model, pricing)
+        _check_key("judge.model", model)
+        if model.service_tier == "batch":
+            raise ConfigError(
+                "judge.model.service_tier: batch is not available yet (the judge would call "
+                "the standard tier one answer at a time). Use service_tier: flex for OpenAI "
+                "judges: batch prices, answers within minutes"
+            )
 
 
-def _check_priced(role: str, name: str, pricing: PricingTable) -> None:
+#: litellm's providers that sell each tier through the route the client calls.
+TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai", "anthropic")}
+
+
+def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
+    name, tier = model.name, model.service_tier
     if pricing.price(name) is None:
         raise ConfigError(
             f"{role} {name!r} is not in the pricing table ({pricing.path}): a run must know "
             "what it costs. Add the model with its input, output and cache_read prices per "
             "million tokens, or set pricing.allow_litellm_prices: true to use litellm's map."
         )
+    if tier == "standard":
+        return
+    provider = route_provider(model)
+    if provider not in TIER_PROVIDERS[tier]:
+        sellers = " and ".join(TIER_PROVIDERS[tier])
+        raise ConfigError(
+            f"{role}.service_tier: {tier} is sold through the {sellers} route(s) only; "
+            f"{name!r} goes through litellm's {provider!r} route "
+            f"({model.resolved_litellm_model()}). Use service_tier: standard for it"
+            + (" (or batch)" if tier == "flex" and provider == "anthropic" else "")
+        )
+    if pricing.price(name, tier) is None:
+        raise ConfigError(
+            f"{role} {name!r} has no {tier} price in the pricing table ({pricing.path}): add "
+            f"`tiers: {{{tier}: <share of the standard prices>}}` to its entry (0.5 for "
+            "OpenAI's and Anthropic's published batch and flex prices)"
+        )
+
+
+def route_provider(model: ModelConfig) -> str:
+    """litellm's provider of the model's route (`openai`, `anthropic`, ...); an offline model
+    goes through the OpenAI route to the loopback provider."""
+    import litellm
+
+    try:
+        return str(litellm.get_llm_provider(model.resolved_litellm_model())[1])
+    except Exception:
+        return "unknown"
 
 
 def _check_key(role: str, model: ModelConfig) -> None:

@@ -222,6 +222,7 @@ RUN_IDENTITY = [
     "offline.seed",
     "offline.request_log",
     "offline.model_aliases",
+    "model.service_tier",  # only flex or batch: the standard tier names runs as before
     "run",  # only an epoch after the first: epoch 1 is named as a run without epochs
     "run.epoch",
 ]
@@ -321,6 +322,8 @@ NOT_RUN_IDENTITY = [
     "offline.batch.max_requests",
     "offline.batch.max_bytes",
     "run.epochs",
+    "judge.model.service_tier",
+    "judge.models.service_tier",
 ]
 
 

@@ -349,6 +349,10 @@ class RateLimitConfig(StrictModel):
     estimate_margin: float = Field(0.1, ge=0, le=1)
 
 
+#: The call time-out of a flex model unless set (OpenAI's advice: 15 minutes).
+FLEX_CALL_TIMEOUT = 900.0
+
+
 class ModelConfig(StrictModel):
     """One model behind litellm. Key *names* live here; key values only in the environment."""
 
@@ -362,8 +366,11 @@ class ModelConfig(StrictModel):
         "reasoning_effort",
         "call_timeout",
         "extra",
+        "service_tier",
     )
     NOT_IDENTITY = ("prompt_caching", "rate_limit")
+    # The standard tier is how every run was named before tiers existed.
+    OMITTED_AT_DEFAULT = ("service_tier",)
 
     name: str = "offline/heuristic"
     #: What litellm is called with. Default: `openai/<name>` for offline models (the loopback
@@ -385,6 +392,20 @@ class ModelConfig(StrictModel):
     #: Extra keyword arguments passed to litellm as they are (e.g. provider-specific options).
     extra: dict[str, Any] = Field(default_factory=dict)
     rate_limit: RateLimitConfig = RateLimitConfig()
+    #: What the provider bills and how fast it answers: `standard`; `flex` (OpenAI's
+    #: `service_tier: flex`, batch prices, slower answers and 429 "resource unavailable" when
+    #: it has no capacity: a call time-out of 900 s unless `call_timeout` is set); `batch`
+    #: (OpenAI's Batch API, Anthropic's Message Batches: half price, answers within hours).
+    #: Part of the run's identity (a run is priced at one tier); `standard` names it as before.
+    service_tier: Literal["standard", "flex", "batch"] = "standard"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flex_waits_longer(cls, data: Any) -> Any:
+        # OpenAI's flex guide: raise the time-out to 15 minutes, flex requests queue.
+        if isinstance(data, dict) and data.get("service_tier") == "flex":
+            data = {"call_timeout": FLEX_CALL_TIMEOUT, **data}
+        return data
 
     @property
     def is_offline(self) -> bool:
@@ -671,6 +692,8 @@ class RunConfig(StrictModel):
         "run",
     )
     NOT_IDENTITY = ("runtime", "judge", "pricing")
+    #: A run without epochs is its own epoch 1.
+    OMITTED_AT_DEFAULT = ("run",)
 
     benchmark: BenchmarkConfig = BenchmarkConfig()
     slice: SliceConfig = SliceConfig()
@@ -685,6 +708,17 @@ class RunConfig(StrictModel):
     judge: JudgeConfig = JudgeConfig()
     pricing: PricingConfig = PricingConfig()
     run: EpochsConfig = EpochsConfig()
+
+    @model_validator(mode="after")
+    def _batch_has_no_clock(self) -> RunConfig:
+        if self.model.service_tier == "batch" and self.agent.termination != "iterations":
+            raise ValueError(
+                "model.service_tier: batch queues every model turn with the provider (minutes "
+                "to hours), so a wall-clock budget means nothing there: set "
+                "agent.termination: iterations (agent.max_iterations bounds each query), or "
+                "use service_tier: flex for half price with the clock kept"
+            )
+        return self
 
     def judge_model(self) -> ModelConfig:
         if self.judge.models:
@@ -705,8 +739,6 @@ class RunConfig(StrictModel):
         served_offline = self.model.is_offline and self.model.api_base is None
         if not (served_offline or with_offline):
             data.pop("offline")  # no run-started offline provider serves this model
-        if self.run.epoch == 1:
-            data.pop("run")  # a run without epochs is its own epoch 1
         for section, key in _DATA_KEYS:
             if data[section][key] is not None:
                 data[section][key] = file_identity(Path(data[section][key]))

@@ -22,6 +22,9 @@ class StrictModel(BaseModel):
     IDENTITY: ClassVar[tuple[str, ...]] = ()
     #: Fields that do not: where and how wide it runs, what it costs, how it is judged.
     NOT_IDENTITY: ClassVar[tuple[str, ...]] = ()
+    #: Identity fields added after runs were named: left out of the identity while at their
+    #: default, so that every earlier run keeps its name (and resumes).
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -33,6 +36,8 @@ class StrictModel(BaseModel):
             (identity | other) - fields,
             identity & other,
         )
+        if not set(cls.OMITTED_AT_DEFAULT) <= identity:
+            raise TypeError(f"{cls.__name__}: OMITTED_AT_DEFAULT lists fields not in IDENTITY")
         if undecided or unknown or both:
             raise TypeError(
                 f"{cls.__name__}: list every field once in IDENTITY or NOT_IDENTITY (does it "
@@ -42,12 +47,20 @@ class StrictModel(BaseModel):
 
 
 def identity_data(model: StrictModel) -> dict[str, Any]:
-    """The model's identity fields as JSON-ready data, nested models by their own lists."""
+    """The model's identity fields as JSON-ready data, nested models by their own lists (a
+    field of `OMITTED_AT_DEFAULT` only where its identity differs from its default's)."""
+    cls = type(model)
     data: dict[str, Any] = {}
-    for name in type(model).IDENTITY:
-        value = getattr(model, name)
-        if isinstance(value, StrictModel):
-            data[name] = identity_data(value)
-        else:
-            data[name] = model.model_dump(mode="json", include={name})[name]
+    for name in cls.IDENTITY:
+        data[name] = _field_identity(model, name, getattr(model, name))
+        if name in cls.OMITTED_AT_DEFAULT:
+            default = cls.model_fields[name].get_default(call_default_factory=True)
+            if data[name] == _field_identity(model, name, default):
+                del data[name]
     return data
+
+
+def _field_identity(model: StrictModel, name: str, value: Any) -> Any:
+    if isinstance(value, StrictModel):
+        return identity_data(value)
+    return model.model_copy(update={name: value}).model_dump(mode="json", include={name})[name]

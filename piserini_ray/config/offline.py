@@ -160,6 +160,7 @@ ScriptedKind = Literal[
     "empty_reply",
     "error_body",
     "no_usage",
+    "resource_unavailable",
 ]
 
 #: Scripted kinds that alter the policy's reply rather than replacing the response.
@@ -182,7 +183,9 @@ class Scripted(_Strict):
     on the Responses route a response whose `status` is `failed`), as providers send when a
     failure happens after the status line went out. `no_usage`: a
     normal reply without its `usage` block. `retry_after_date`: a rate limit's `Retry-After` as
-    an HTTP date (RFC 9110) instead of seconds.
+    an HTTP date (RFC 9110) instead of seconds. `resource_unavailable`: OpenAI's flex tier
+    without capacity (429 whose `error.code` is `resource_unavailable`, no rate-limit headers:
+    no quota of the caller is full).
     The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.
     """
 

@@ -241,6 +241,8 @@ class LLMClient:
             params["reasoning_effort"] = self.model.reasoning_effort
         if self.request_seed is not None and self.takes_seed:
             params["seed"] = self.request_seed
+        if self.model.service_tier == "flex":
+            params["service_tier"] = "flex"  # OpenAI's; preflight allows it on that route only
         if self.model.prompt_caching == "auto" and self.provider == "anthropic":
             # Anthropic caches only marked prefixes: the system prompt (shared by every query)
             # and the conversation's last message, which moves each turn; the next request

@@ -45,12 +45,12 @@ from pydantic import BaseModel
 from piserini_ray.config import ModelConfig, RateLimitConfig, RunConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
-from piserini_ray.llm.retry import Failure, FailureKind
+from piserini_ray.llm.retry import CAPACITY, Failure, FailureKind
 
 if TYPE_CHECKING:
     from piserini_ray.llm.client import Limiter
 
-Outcome = Literal["ok", "rate_limit", "quota", "error"]
+Outcome = Literal["ok", "rate_limit", "quota", "capacity", "error"]
 #: Weight of the newest call in the moving averages (prompt tokens per estimated token, and
 #: completion tokens per call).
 TOKEN_SCALE_WEIGHT = 0.1
@@ -191,7 +191,7 @@ class RateLimiter:
             self._open_tokens -= reserved
             self._closed_tokens += counted
             self._closed.append((now, counted))
-        if outcome in ("rate_limit", "quota"):
+        if outcome in ("rate_limit", "quota", "capacity"):
             self.rate_limited += 1
             self._last_decrease = self._last_increase = now
         if outcome == "rate_limit":
@@ -201,7 +201,7 @@ class RateLimiter:
             # The window is full at the provider: hold until its oldest call leaves it.
             span = self.config.window_seconds + self.config.window_margin
             retry_after = (self._closed[0][0] + span - now) if self._closed else span
-        if outcome in ("rate_limit", "quota") and retry_after:
+        if outcome in ("rate_limit", "quota", "capacity") and retry_after:
             self._cooldown_until = max(self._cooldown_until, now + retry_after)
 
     def _grow(self, now: float) -> None:
@@ -241,6 +241,8 @@ def outcome_of(failure: Failure | None) -> tuple[Outcome, float | None]:
         # A 429 whose body or headers name a full quota window (requests, tokens) is a
         # cooldown; one that names none is a concurrency cut (`retry.quota_window`).
         kind: Outcome = "quota" if failure.quota_window is not None else "rate_limit"
+        if failure.quota_window == CAPACITY:
+            kind = "capacity"  # the provider's, not ours: wait it out, send as many
         return kind, failure.retry_after
     return "error", None
 

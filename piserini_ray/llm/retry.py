@@ -45,6 +45,10 @@ from tenacity.stop import stop_base
 from piserini_ray.config import RetryConfig
 from piserini_ray.errors import InfrastructureError, PiseriniRayError, RequestTooLarge
 
+#: The `quota_window` of a 429 that says the provider has no capacity (OpenAI's flex tier):
+#: a cooldown that cuts no concurrency, since sending less would not help.
+CAPACITY = "capacity"
+
 
 class FailureKind(enum.StrEnum):
     RATE_LIMIT = "rate_limit"
@@ -391,6 +395,10 @@ CATALOGUE: tuple[CatalogueRow, ...] = (
          "insufficient credits (OpenRouter), billing_error (Anthropic)", _QE, "none",
          lambda s: s.status == 402, "402 payment required"),
     # -- rate limits: wait, then retry
+    _row("OpenAI", "429", "error.code resource_unavailable (the flex tier has no capacity; "
+         "no quota of the caller is full)", _RL, f"{_EXPLICIT}, else back-off",
+         lambda s: s.status == 429 and s.code == "resource_unavailable",
+         "OpenAI 429 resource_unavailable (flex capacity)"),
     _row("OpenAI", "429", "error.code rate_limit_exceeded; error.type requests or tokens and "
          "x-ratelimit-remaining-* = 0 name the window", _RL,
          f"{_EXPLICIT}, else x-ratelimit-reset-<window> (1s, 6m0s, 20ms)",
@@ -513,6 +521,8 @@ def _tightest_anthropic_window(headers: Mapping[str, str]) -> str | None:
 def quota_window(shape: ErrorShape) -> str | None:
     """The window a 429 names as full: Gemini's quota id; the `*-remaining` header at 0
     (OpenAI, Anthropic, OpenRouter); OpenAI's `error.type` (`requests` or `tokens`)."""
+    if shape.status == 429 and shape.code == "resource_unavailable":
+        return CAPACITY  # the provider's capacity, not a quota of the caller's
     if gemini := _gemini_windows(shape):
         return gemini[0][0]
     h = shape.headers

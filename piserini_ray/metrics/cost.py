@@ -8,13 +8,16 @@ bills a request it received, so they are priced as uncached input in every cost,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from piserini_ray.config import RunConfig, read_yaml
+from piserini_ray.config import ModelConfig, RunConfig, read_yaml
 from piserini_ray.errors import ConfigError, describe_validation_error
 from piserini_ray.records import Usage
+
+ServiceTier = Literal["standard", "flex", "batch"]
+Tier = Literal["flex", "batch"]
 
 
 class Price(BaseModel):
@@ -24,6 +27,24 @@ class Price(BaseModel):
     output: float = Field(ge=0)
     cache_read: float = Field(ge=0)
     cache_write: float | None = Field(None, ge=0)
+    #: The prices of other service tiers as a share of these, every component alike (OpenAI's
+    #: flex and Batch API, Anthropic's Message Batches: 0.5). A tier missing here is not sold
+    #: for the model (a run asking for it stops before any work).
+    tiers: dict[Tier, float] = Field(default_factory=dict)
+
+    def at(self, tier: ServiceTier) -> Price | None:
+        """These prices at `tier`; None when the table sells no such tier for the model."""
+        if tier == "standard":
+            return self
+        share = self.tiers.get(tier)
+        if share is None:
+            return None
+        return Price(
+            input=self.input * share,
+            output=self.output * share,
+            cache_read=self.cache_read * share,
+            cache_write=None if self.cache_write is None else self.cache_write * share,
+        )
 
     def cost(self, usage: Usage) -> float:
         uncached = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens)
@@ -62,10 +83,16 @@ class PricingTable(BaseModel):
     allow_litellm: bool = False
     path: str = ""
 
-    def price(self, model: str) -> Price | None:
+    def price(self, model: str, tier: ServiceTier = "standard") -> Price | None:
+        """The model's prices at `tier` (None: unpriced, or no such tier in the table)."""
         if model in self.models:
-            return self.models[model]
-        return litellm_price(model) if self.allow_litellm else None
+            return self.models[model].at(tier)
+        found = litellm_price(model) if self.allow_litellm else None
+        return found.at(tier) if found is not None else None
+
+    def model_price(self, model: ModelConfig) -> Price | None:
+        """What a configured model's calls cost: its prices at its `service_tier`."""
+        return self.price(model.name, model.service_tier)
 
     def source(self, model: str) -> str:
         """Where a model's prices come from, for the report."""

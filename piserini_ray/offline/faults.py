@@ -49,6 +49,13 @@ def scripted_problem(spec: Scripted, prompt_tokens: Callable[[], int]) -> Proble
             spec.message or "Rate limit reached for requests (scripted).",
             retry_after=retry_after,
         )
+    if spec.kind == "resource_unavailable":
+        return Problem(
+            "overloaded",
+            spec.message or "Resource unavailable: flex processing has no capacity right now.",
+            status=429,
+            code="resource_unavailable",
+        )
     if spec.kind == "insufficient_quota":
         return Problem("quota_exhausted", spec.message)
     if spec.kind == "http_error":

@@ -178,6 +178,12 @@ CASES = [
         },
     ),
     Case(
+        "openai-429-resource_unavailable-flex", OPENAI, 429,
+        lambda m: _openai(m, "server_error", "resource_unavailable"),
+        "Resource unavailable: flex processing has no capacity right now.",
+        RL, "OpenAI 429 resource_unavailable (flex capacity)", window="capacity",
+    ),
+    Case(
         "openai-429-insufficient_quota", OPENAI, 429,
         lambda m: _openai(m, "insufficient_quota", "insufficient_quota"),
         "You exceeded your current quota, please check your plan and billing details.",
