@@ -94,12 +94,16 @@ class PricingTable(BaseModel):
         """What a configured model's calls cost: its prices at its `service_tier`."""
         return self.price(model.name, model.service_tier)
 
-    def source(self, model: str) -> str:
-        """Where a model's prices come from, for the report."""
+    def source(self, model: str, tier: ServiceTier = "standard") -> str:
+        """Where a model's prices come from, and at which service tier, for the report."""
+        at = ""
+        if tier != "standard":
+            share = self.models[model].tiers.get(tier) if model in self.models else None
+            at = f", {tier} tier" + (f" ({share:g} x standard)" if share is not None else "")
         if model in self.models:
-            return f"table {self.path}"
+            return f"table {self.path}{at}"
         if self.allow_litellm and litellm_price(model) is not None:
-            return "litellm's price map (not in the table)"
+            return f"litellm's price map (not in the table){at}"
         return "unpriced"
 
 
