@@ -55,6 +55,11 @@ def test_flex_is_sent_billed_at_the_flex_tier_and_priced_at_half(provider) -> No
         return used
 
     standard, flex = asyncio.run(calls())
+    # The same request and reply: only the price differs (the second may hit the cache).
+    assert (standard.input_tokens, standard.output_tokens) == (
+        flex.input_tokens,
+        flex.output_tokens,
+    )
     served = provider.requests
     assert [r.service_tier for r in served] == ["standard", "flex"]
     assert set(provider.bill) == {("standard", "gpt-5"), ("flex", "gpt-5")}
@@ -143,7 +148,7 @@ def test_a_tier_the_table_does_not_price_is_a_config_error(tmp_path) -> None:
 
 
 def test_batch_with_a_wall_clock_budget_is_a_config_error() -> None:
-    with pytest.raises(ValueError, match="agent.termination: iterations"):
+    with pytest.raises(ValueError, match=r"agent\.termination: iterations"):
         RunConfig.model_validate({"model": {"name": "gpt-5", "service_tier": "batch"}})
     config = RunConfig.model_validate(
         {"model": {"name": "gpt-5", "service_tier": "batch", "api_key_env": "HOME"},
