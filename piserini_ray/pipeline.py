@@ -512,7 +512,8 @@ def report_runs(
     `reference` when one is named."""
     from piserini_ray.report import markdown_report, write_html_report
 
-    every = with_epochs(runs)
+    # An epoch not started yet (epochs raised, not resumed) has nothing to judge or report.
+    every = [(c, d) for c, d in with_epochs(runs) if c.run.epoch == 1 or d.exists()]
     if engine is not None:
         with _closing(engine):
             for config, run_dir in every:
