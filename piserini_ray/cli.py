@@ -251,6 +251,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """Another harness's run files as a run directory over the config's benchmark
+    (`importer.py`); what their format lacks is n/a in the report, never 0."""
+    from piserini_ray.importer import MEANING, import_runs
+
+    s = import_runs(args.dir, args.format, _config(args), args.run_dir, _log)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items()))
+    print(
+        f"imported {s.imported} quer{'y' if s.imported == 1 else 'ies'} from {s.source} "
+        f"({s.format}) into {s.run_dir}" + (f": {statuses}" if statuses else "")
+    )
+    print(f"skipped {s.skipped} already recorded")
+    if s.without_file:
+        print(f"{s.without_file} queries of the config's slice have no run file in the folder")
+    if s.unavailable:
+        print(f"not in the {s.format} format, reported as n/a (never 0):")
+        for part in s.unavailable:
+            print(f"  {part}: {MEANING[part]}")
+    print(f"next: piserini-ray judge {s.run_dir}\n      piserini-ray report {s.run_dir}")
+    return 0
+
+
 def _floats(text: str | None, default: list[float]) -> list[float]:
     if not text:
         return default
@@ -418,7 +440,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     at_once = runtime.replicas * runtime.max_concurrency
     if args.engine == "local":
         at_once = args.concurrency
-    price = pricing_for(config).price(config.model.name)
+    price = pricing_for(config).model_price(config.model)
     estimate = project(records, len(ids), config, price, at_once)
     print(describe(estimate))
     path = Path(summary.run_dir) / "estimate.json"
@@ -713,6 +735,16 @@ def _analysis_commands(sub: Any, add: _Add) -> None:
     p.add_argument("--format", choices=("browsecomp-plus", "pi-serini", "trec"), required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_export)
+    p = add("import", "Bring another harness's run files into a run directory (then judge it).")
+    p.add_argument("dir", type=Path, metavar="DIR", help="the folder of run files")
+    p.add_argument("--format", choices=("browsecomp-plus", "pi-serini"), required=True)
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="default: <runs root>/imported-<format>-<DIR name>; importing again skips the "
+        "queries it holds",
+    )
+    p.set_defaults(func=cmd_import)
 
 
 def _retrieval_commands(sub: Any, add: _Add) -> None:

@@ -5,7 +5,7 @@ litellm, no Ray, no pyserini)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -80,6 +80,28 @@ class RankingLog(BaseModel):
     backend: str = "bm25"
 
 
+#: What a record imported from another harness's run file may lack (`piserini-ray import`),
+#: one word per part: `usage` (tokens, so cost), the `previewed`, `opened` and `behavior`
+#: document sets, the `trajectory` (turns, their calls and timings), the search `rankings`
+#: (depth curves), `timing` (the budget clock: charged and waited seconds) and `wall`
+#: (wall-clock seconds). The report shows what depends on a missing part as n/a, never 0.
+Unavailable = Literal[
+    "usage", "previewed", "opened", "behavior", "trajectory", "rankings", "timing", "wall"
+]
+UNAVAILABLE: tuple[Unavailable, ...] = get_args(Unavailable)
+
+
+class ImportedFrom(BaseModel):
+    """Where an imported record came from, and which of its parts that format does not hold
+    (their fields in the record are empty or zero, and mean nothing)."""
+
+    format: str  # browsecomp-plus | pi-serini
+    #: The folder the run files were read from (absolute), and this record's file in it.
+    directory: str
+    file: str
+    unavailable: list[Unavailable] = Field(default_factory=list)
+
+
 class QueryRecord(BaseModel):
     run_id: str
     config_hash: str
@@ -127,6 +149,12 @@ class QueryRecord(BaseModel):
     #: Full texts of truncated tool outputs by spill file name; the store writes them to
     #: `spill/<query_id>/` and keeps them out of `records.jsonl`.
     spills: dict[str, str] = Field(default_factory=dict)
+    #: Set on a record made by `piserini-ray import` from another harness's run file.
+    imported: ImportedFrom | None = None
+
+    def has(self, part: str) -> bool:
+        """Whether this record holds `part` (`UNAVAILABLE`; a record of our own holds all)."""
+        return self.imported is None or part not in self.imported.unavailable
 
 
 class Judgement(BaseModel):

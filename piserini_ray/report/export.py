@@ -9,15 +9,26 @@ from typing import Any
 import orjson
 
 from piserini_ray.data import Benchmark, Qrels
+from piserini_ray.metrics.recall import DOC_SETS
 from piserini_ray.records import QueryRecord, RankingLog
+
+
+def document_sets(record: QueryRecord) -> dict[str, list[str]]:
+    """The record's document sets (SPEC §5) that it holds: a set an imported record's format
+    lacks is left out, so that whoever reads the export never takes it for an empty one."""
+    return {name: list(getattr(record, name)) for name in DOC_SETS if record.has(name)}
 
 
 def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
     """One query in the BrowseComp-Plus run format (SPEC §5), so their scripts read our runs.
 
     `retrieved_docids` are the documents the agent was shown (previewed) or opened, the closest
-    match to what their search tool returns; every tool call becomes a `tool_call` item with its
-    observation, model text between calls a `reasoning` item, and the final answer `output_text`.
+    match to what their search tool returns (a record imported without those sets: its
+    surfaced set, which is what their retriever returned); every tool call becomes a
+    `tool_call` item with its observation, model text between calls a `reasoning` item, and
+    the final answer `output_text`. `metadata.document_sets` (an extension their readers
+    ignore) keeps all five sets, so `piserini-ray import` restores them; `usage` is left out
+    when the record's tokens are unknown.
     """
     result: list[dict[str, Any]] = []
     for turn in record.trajectory:
@@ -47,8 +58,9 @@ def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
             "output": record.final_answer or "",
         }
     )
-    retrieved = list(dict.fromkeys(record.previewed + record.opened))
-    return {
+    shown = record.has("previewed") and record.has("opened")
+    retrieved = list(dict.fromkeys(record.previewed + record.opened if shown else record.surfaced))
+    run: dict[str, Any] = {
         "query_id": record.query_id,
         "tool_call_counts": record.tool_call_counts,
         "status": record.status,
@@ -59,14 +71,17 @@ def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
             "run_id": record.run_id,
             "config_hash": record.config_hash,
             "framework": "piserini_ray",
+            "document_sets": document_sets(record),
         },
-        "usage": {
+    }
+    if record.has("usage"):
+        run["usage"] = {
             "input_tokens": record.usage.input_tokens,
             "input_tokens_cached": record.usage.cached_tokens,
             "output_tokens": record.usage.output_tokens,
             "reasoning_tokens": record.usage.reasoning_tokens,
-        },
-    }
+        }
+    return run
 
 
 def export_browsecomp_plus(records: list[QueryRecord], out: Path) -> list[Path]:
@@ -79,13 +94,24 @@ def export_browsecomp_plus(records: list[QueryRecord], out: Path) -> list[Path]:
     return paths
 
 
+#: Our document sets under Pi-Serini's names for its docid tiers (`run_pi_benchmark.ts`).
+PI_SERINI_TIERS = {
+    "surfaced": "surfaced_docids",
+    "previewed": "previewed_docids",
+    "opened": "opened_docids",
+    "cited": "cited_docids",
+    "behavior": "agent_docids",
+}
+
+
 def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
     """One query as Pi-Serini's harness writes it (`run_pi_benchmark.ts`), so that its
     `summarize_run` and `evaluate_run_with_pi` read it unchanged: tool calls as `tool_call`
     items with their arguments as objects (as the model sent them when they do not parse), the
     final answer as the last item (their readers take only the last), the docid tiers under
     their names (`agent_docids` = opened or cited: our behavior set), `stats` counts, and our
-    usage as an extra field they ignore."""
+    usage as an extra field they ignore. What an imported record lacks is left out (a tier,
+    the usage) or null (the elapsed seconds), never written as empty or zero."""
     result: list[dict[str, Any]] = []
     for turn in record.trajectory:
         for call in turn.tool_calls:
@@ -111,18 +137,14 @@ def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
             }
         )
     counts = record.tool_call_counts
-    return {
+    run: dict[str, Any] = {
         "query_id": record.query_id,
         "status": record.status,
         "metadata": {"model": record.model, "query": question, "framework": "piserini_ray"},
         "tool_call_counts": counts,
-        "surfaced_docids": record.surfaced,
-        "previewed_docids": record.previewed,
-        "opened_docids": record.opened,
-        "cited_docids": record.cited,
-        "agent_docids": record.behavior,
+        **{PI_SERINI_TIERS[name]: docs for name, docs in document_sets(record).items()},
         "stats": {
-            "elapsed_seconds": record.wall_seconds,
+            "elapsed_seconds": record.wall_seconds if record.has("wall") else None,
             "tool_calls_total": sum(counts.values()),
             "search_calls": counts.get("search", 0),
             "read_search_results_calls": counts.get("read_search_results", 0),
@@ -130,8 +152,10 @@ def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
             "timed_out": record.status == "timeout",
         },
         "result": result,
-        "usage": record.usage.model_dump(),
     }
+    if record.has("usage"):
+        run["usage"] = record.usage.model_dump()
+    return run
 
 
 def _write_qrels(qrels: Qrels, path: Path) -> str:

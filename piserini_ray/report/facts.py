@@ -42,6 +42,11 @@ class QueryFacts(BaseModel):
     hops: int | None = None
     #: Evidence in the first search's ranking / all evidence (None: no evidence or no search).
     first_search_recall: float | None = None
+    #: The parts an imported record's format lacks (`records.UNAVAILABLE`): their figures are
+    #: n/a, never 0 (`aggregate`); empty for a record of our own.
+    unavailable: list[str] = []
+    #: (format, folder) of an imported record; None for a record of our own.
+    imported: tuple[str, str] | None = None
 
 
 _HOPS = re.compile(r"^(\d+)hop")
@@ -60,6 +65,7 @@ def query_facts(
 
     evidence = {d for d, rel in qrels["evidence"].get(record.query_id, {}).items() if rel > 0}
     hops = _HOPS.match(record.query_id)
+    source = record.imported
 
     return QueryFacts(
         query_id=record.query_id,
@@ -71,11 +77,20 @@ def query_facts(
         judge_confidence=None
         if judgement is None or judgement.confidence is None
         else judgement.confidence / 100,
+        # A set the record's format lacks counts nowhere (None), as a query without evidence.
         recall={
-            name: {kind: hits(set(getattr(record, name)), table) for kind, table in qrels.items()}
+            name: {
+                kind: hits(set(getattr(record, name)), table) if record.has(name) else None
+                for kind, table in qrels.items()
+            }
             for name in DOC_SETS
         },
-        depth={kind: depth_hits(record.query_id, rankings, table) for kind, table in qrels.items()},
+        depth={
+            kind: depth_hits(record.query_id, rankings, table)
+            if record.has("rankings")
+            else dict.fromkeys(DEPTHS)
+            for kind, table in qrels.items()
+        },
         usage=record.usage,
         calls_without_usage=record.calls_without_usage,
         calls_usage_estimated=record.calls_usage_estimated,
@@ -89,6 +104,8 @@ def query_facts(
         first_search_recall=len(evidence & set(rankings[0].docids)) / len(evidence)
         if evidence and rankings
         else None,
+        unavailable=list(source.unavailable) if source else [],
+        imported=(source.format, source.directory) if source else None,
     )
 
 

@@ -41,6 +41,30 @@ def _cost(m: RunMetrics) -> str:
     return cost_text(m.cost_usd, m.cost_estimated_usd, m.calls_usage_estimated)
 
 
+def _tokens(m: RunMetrics) -> str:
+    if m.tokens_total is None or m.cached_token_ratio is None:
+        return "Tokens: n/a (not in the imported format)"
+    return (
+        f"Tokens: {m.tokens_total.input_tokens:,} in ({m.tokens_total.cached_tokens:,} "
+        f"cached, ratio {100 * m.cached_token_ratio:.1f} %), "
+        f"{m.tokens_total.output_tokens:,} out; median per query "
+        f"{_num(m.tokens_median_per_query, '{:,.0f}')}"
+    )
+
+
+def imported_markdown(m: RunMetrics) -> list[str]:
+    """The line an imported run carries: where it came from and which figures its format
+    cannot give (n/a in every table, never a 0 that would read as measured)."""
+    if not m.imported_from:
+        return []
+    missing = ", ".join(m.unavailable) or "none"
+    return [
+        "",
+        f"Imported from {' and '.join(m.imported_from)}: not in that format, shown n/a, never 0: "
+        f"{missing}.",
+    ]
+
+
 def backends_markdown(runs: Sequence[RunMetrics]) -> list[str]:
     """The runs' retrieval backends side by side, grouped by depth so that each group compares
     retrievers at matched depth (the sweep of `configs/sweep_backends.yaml`)."""
@@ -103,6 +127,7 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             f"budget {m.budget_seconds:g} s, {m.queries} queries: "
             + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
             + f"; judge failures {m.judge_failed}.",
+            *imported_markdown(m),
             "",
             f"Accuracy: {_pct(m.accuracy)} of all {m.queries} queries (timeouts and failures "
             "count as wrong)"
@@ -150,10 +175,7 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             "",
             "Tool calls per query: "
             + ", ".join(f"{k} {v}" for k, v in m.tool_calls_per_query.items())
-            + f". Tokens: {m.tokens_total.input_tokens:,} in ({m.tokens_total.cached_tokens:,} "
-            f"cached, ratio {100 * m.cached_token_ratio:.1f} %), "
-            f"{m.tokens_total.output_tokens:,} out; median per query "
-            f"{m.tokens_median_per_query:,.0f}. Cost {_cost(m)} "
+            + f". {_tokens(m)}. Cost {_cost(m)} "
             f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}.",
         ]
         if m.calls_without_usage:

@@ -56,6 +56,18 @@ CONVENTION_NOTES = {
 }
 
 
+#: The figures each part an imported record may lack (`records.UNAVAILABLE`) feeds: shown n/a.
+UNAVAILABLE_FIGURES: dict[str, tuple[str, ...]] = {
+    "usage": ("tokens", "cost"),
+    "previewed": ("recall.previewed",),
+    "opened": ("recall.opened",),
+    "behavior": ("recall.behavior",),
+    "rankings": ("depth_curve",),
+    "trajectory": ("budget",),
+    "timing": ("budget",),
+}
+
+
 class RunMetrics(BaseModel):
     run_dir: str
     config_hash: str
@@ -84,9 +96,10 @@ class RunMetrics(BaseModel):
     recall: dict[str, dict[str, RecallFigures]]  # set -> qrels kind -> figures
     depth_curve: dict[str, dict[int, float | None]]  # qrels kind -> k -> macro surfaced recall
     tool_calls_per_query: dict[str, float]
-    tokens_total: Usage
-    tokens_median_per_query: float
-    cached_token_ratio: float
+    #: The token figures; None when a record's format does not report usage (`unavailable`).
+    tokens_total: Usage | None
+    tokens_median_per_query: float | None
+    cached_token_ratio: float | None
     #: USD of the agent's calls, the estimated prompts of calls no provider reported included.
     cost_usd: float | None
     #: Of `cost_usd`, the estimate for the calls cut at the budget or failed after sending
@@ -113,6 +126,11 @@ class RunMetrics(BaseModel):
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
     #: A judge panel's figures (`judge.models`): the run's verdicts are its majority.
     panel: PanelSummary | None = None
+    #: Figures an imported run's format cannot give (`UNAVAILABLE_FIGURES`) -> why: they are
+    #: None (n/a), never 0. Empty for a run of our own.
+    unavailable: dict[str, str] = Field(default_factory=dict)
+    #: Where an imported run's records came from: "<format> (<folder>)", one per source.
+    imported_from: list[str] = Field(default_factory=list)
 
 
 def _estimate(values: list[float], seed: int) -> Estimate:
@@ -151,6 +169,24 @@ def _recall(rows: list[tuple[int, int] | None], seed: int) -> RecallFigures:
             ci95=ratio_interval([r.hits for r in table], [r.relevant for r in table], seed),
         ),
     )
+
+
+_NONE = Estimate(value=None, queries=0)
+
+
+def _unavailable(facts: list[QueryFacts]) -> dict[str, str]:
+    """Each figure that some imported record's format cannot give -> why. One record without
+    a part is enough: a figure over the others would pass for the run's."""
+    formats: dict[str, set[str]] = {}
+    for f in facts:
+        if f.imported is not None:
+            for part in f.unavailable:
+                formats.setdefault(part, set()).add(f.imported[0])
+    why: dict[str, str] = {}
+    for part, names in formats.items():
+        for figure in UNAVAILABLE_FIGURES.get(part, ()):
+            why.setdefault(figure, f"not in the {' and '.join(sorted(names))} format")
+    return why
 
 
 def _policy(config: RunConfig) -> str:
@@ -194,12 +230,23 @@ def aggregate(
     }
     assert set(calibration) == set(CONVENTIONS)
     kinds = ("evidence", "gold")
+    unavailable = _unavailable(facts)
     recall = {
-        name: {kind: _recall([f.recall[name][kind] for f in facts], seed) for kind in kinds}
+        name: {
+            kind: RecallFigures(macro=_NONE, micro=_NONE)
+            if f"recall.{name}" in unavailable
+            else _recall([f.recall[name][kind] for f in facts], seed)
+            for kind in kinds
+        }
         for name in DOC_SETS
     }
     depth = {
-        kind: {k: _recall([f.depth[kind][k] for f in facts], seed).macro.value for k in DEPTHS}
+        kind: {
+            k: None
+            if "depth_curve" in unavailable
+            else _recall([f.depth[kind][k] for f in facts], seed).macro.value
+            for k in DEPTHS
+        }
         for kind in kinds
     }
     n = max(1, len(facts))
@@ -207,8 +254,10 @@ def aggregate(
     for f in facts:
         tools.update(f.tool_calls)
     total = sum((f.usage for f in facts), Usage())
-    price = pricing.price(config.model.name)
-    judge_price = pricing.price(judge)
+    # Usage a format does not report is unknown, not zero: no tokens, no cost.
+    usage = "tokens" not in unavailable
+    price = pricing.model_price(config.model) if usage else None
+    judge_price = pricing.model_price(config.judge_model())
     judge_usage = sum((j.usage for j in judgements.values()), Usage())
     return RunMetrics(
         run_dir=str(run_dir),
@@ -234,11 +283,15 @@ def aggregate(
         depth_curve=depth,
         tool_calls_per_query={k: round(v / n, 3) for k, v in sorted(tools.items())}
         | {"total": round(sum(tools.values()) / n, 3)},
-        tokens_total=total,
+        tokens_total=total if usage else None,
         tokens_median_per_query=statistics.median(
             [f.usage.input_tokens + f.usage.output_tokens for f in facts] or [0]
-        ),
-        cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4),
+        )
+        if usage
+        else None,
+        cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4)
+        if usage
+        else None,
         cost_usd=round(sum(price.cost(f.usage) for f in facts), 4) if price else None,
         cost_estimated_usd=round(sum(price.estimated_cost(f.usage) for f in facts), 4)
         if price
@@ -246,12 +299,17 @@ def aggregate(
         calls_usage_estimated=sum(f.calls_usage_estimated for f in facts),
         calls_without_usage=sum(f.calls_without_usage for f in facts),
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
-        pricing_source={name: pricing.source(name) for name in (config.model.name, judge)},
+        pricing_source={
+            m.name: pricing.source(m.name, m.service_tier)
+            for m in (config.model, config.judge_model())
+        },
         budget_seconds=config.agent.budget_seconds,
         termination=_policy(config),
-        budget=budget_analysis(facts),
+        budget=None if "budget" in unavailable else budget_analysis(facts),
         bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
         backend=config.retrieval.backend,
         depth=config.retrieval.depth,
         retrieval=config.retrieval.describe(),
+        unavailable=unavailable,
+        imported_from=sorted({f"{f.imported[0]} ({f.imported[1]})" for f in facts if f.imported}),
     )

@@ -1,0 +1,257 @@
+"""`piserini-ray import` (issue 24): runs made by other harnesses become run directories that
+`judge` and `report` read as our own. Our exports import back with the same figures; a file of
+the BrowseComp-Plus format without our extension reports what it lacks as n/a, never 0; a bad
+file stops the import before anything is written; importing again never duplicates."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.cli import main
+from piserini_ray.config import load_config
+from piserini_ray.data import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def original(
+    tmp_path_factory: pytest.TempPathFactory, index_root: Path, sample_index: Path
+) -> tuple[Path, Path]:
+    """An offline run of 6 sample queries, judged and reported: `(config file, run dir)`. The
+    offline heuristic rarely answers a sample question right, so two of its answers are made
+    right (their Exact Answer line set to the gold answer) and the run is judged again: an
+    accuracy of 0 would prove nothing."""
+    folder = tmp_path_factory.mktemp("import")
+    config = folder / "run.yaml"
+    config.write_text(f"slice: {{sample: 6, seed: 3}}\nretrieval: {{index_root: '{index_root}'}}\n")
+    run_dir = folder / "original"
+    status = main(["run", "--engine", "local", "--concurrency", "3", "--config", str(config),
+                   "--run-dir", str(run_dir)])  # fmt: skip
+    assert status == 0
+    benchmark = load_benchmark(load_config(config).benchmark)
+    records = sorted(_records(run_dir).values(), key=lambda r: r["query_id"])
+    for record in records[:2]:
+        gold = benchmark.query(record["query_id"]).answer
+        answer = re.sub(r"(?m)^Exact Answer: .*$", f"Exact Answer: {gold}", record["final_answer"])
+        assert answer != record["final_answer"]
+        record.update(final_answer=answer, exact_answer=gold)
+    (run_dir / "records.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    for path in (run_dir / "judgements").glob("*.jsonl"):
+        path.unlink()
+    assert main(["judge", str(run_dir)]) == 0
+    assert _json(run_dir / "summary.json")["accuracy"]["value"] == pytest.approx(2 / 6)
+    return config, run_dir
+
+
+def _json(path: Path) -> dict:
+    return orjson.loads(path.read_bytes())
+
+
+def _records(run_dir: Path) -> dict[str, dict]:
+    rows = [orjson.loads(line) for line in (run_dir / "records.jsonl").read_bytes().splitlines()]
+    by_id = {r["query_id"]: r for r in rows}
+    assert len(by_id) == len(rows), "a query recorded twice"
+    return by_id
+
+
+def _verdicts(run_dir: Path) -> dict[str, bool]:
+    (path,) = (run_dir / "judgements").glob("*.jsonl")
+    return {
+        row["query_id"]: row["correct"] for row in map(orjson.loads, path.read_bytes().splitlines())
+    }
+
+
+def _import(folder: Path, fmt: str, config: Path, run_dir: Path) -> int:
+    return main(["import", str(folder), "--format", fmt, "--config", str(config),
+                 "--run-dir", str(run_dir)])  # fmt: skip
+
+
+def _round_trip(original: tuple[Path, Path], tmp_path: Path, fmt: str) -> tuple[dict, dict]:
+    config, run_dir = original
+    out, imported = tmp_path / "export", tmp_path / "imported"
+    assert main(["export", str(run_dir), "--format", fmt, "--out", str(out)]) == 0
+    assert _import(out, fmt, config, imported) == 0
+    assert main(["judge", str(imported)]) == 0
+    assert _verdicts(imported) == _verdicts(run_dir)  # the same answers, the same verdicts
+    return _json(run_dir / "summary.json"), _json(imported / "summary.json")
+
+
+def _same_figures(ours: dict, back: dict) -> None:
+    assert back["queries"] == ours["queries"] == 6
+    assert back["statuses"] == ours["statuses"]
+    assert back["accuracy"] == ours["accuracy"]
+    for kind in ("evidence", "gold"):
+        surfaced = ours["recall"]["surfaced"][kind]["macro"]
+        assert surfaced["value"] is not None and surfaced["queries"] > 0
+        assert back["recall"]["surfaced"][kind] == ours["recall"]["surfaced"][kind]
+    # Every document set comes back (nothing marked unavailable), and so do the tokens.
+    assert back["recall"] == ours["recall"]
+    assert back["tokens_total"]["input_tokens"] == ours["tokens_total"]["input_tokens"] > 0
+    assert back["tokens_total"]["output_tokens"] == ours["tokens_total"]["output_tokens"] > 0
+    assert back["cost_usd"] == ours["cost_usd"] == 0.0  # offline models are priced at 0
+    # What neither format holds: the rankings (depth curve) and the budget clock.
+    assert any(v is not None for v in ours["depth_curve"]["evidence"].values())
+    assert all(v is None for v in back["depth_curve"]["evidence"].values())
+    assert ours["budget"] is not None and back["budget"] is None
+    assert set(back["unavailable"]) == {"depth_curve", "budget"} and ours["unavailable"] == {}
+
+
+def test_a_browsecomp_plus_export_imports_back_with_the_same_figures(
+    original: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ours, back = _round_trip(original, tmp_path, "browsecomp-plus")
+    _same_figures(ours, back)
+    records = _records(tmp_path / "imported")
+    for qid, record in records.items():
+        assert record["imported"]["format"] == "browsecomp-plus"
+        assert record["imported"]["file"] == f"{qid}.json"
+        assert record["imported"]["unavailable"] == ["trajectory", "rankings", "timing", "wall"]
+
+
+def test_a_pi_serini_export_imports_back_with_the_same_figures(
+    original: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ours, back = _round_trip(original, tmp_path, "pi-serini")
+    _same_figures(ours, back)
+    first, records = _records(original[1]), _records(tmp_path / "imported")
+    assert set(records) == set(first)
+    for qid, record in records.items():
+        assert record["wall_seconds"] == first[qid]["wall_seconds"] > 0  # stats.elapsed_seconds
+        assert record["imported"]["unavailable"] == ["trajectory", "rankings", "timing"]
+        for name in ("surfaced", "previewed", "opened", "cited", "behavior"):
+            assert record[name] == first[qid][name]
+
+
+def _macro(sets: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> float:
+    """Macro recall over the queries with relevant documents, computed here on its own."""
+    shares = []
+    for qid, docs in sets.items():
+        relevant = {d for d, rel in qrels.get(qid, {}).items() if rel > 0}
+        if relevant:
+            shares.append(len(relevant & set(docs)) / len(relevant))
+    return sum(shares) / len(shares)
+
+
+def test_their_own_files_report_what_they_lack_as_n_a_never_zero(
+    original: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Files as their harness writes them: no document sets but `retrieved_docids`, no usage,
+    a status of their own (`incomplete`, an OpenAI response status)."""
+    config, run_dir = original
+    first = _records(run_dir)
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    odd = sorted(first)[0]  # answered right: its verdict turns wrong as a failure
+    for n, (qid, record) in enumerate(sorted(first.items())):
+        run = {
+            "metadata": {"model": "their-model", "output_dir": "runs/x"},
+            "query_id": qid,
+            "tool_call_counts": record["tool_call_counts"],
+            "status": "incomplete" if qid == odd else record["status"],
+            "retrieved_docids": list(dict.fromkeys(record["previewed"] + record["opened"])),
+            "result": [
+                {"type": "reasoning", "tool_name": None, "arguments": None, "output": "hm"},
+                {"type": "output_text", "output": record["final_answer"] or ""},
+            ],
+        }
+        (folder / f"run_2025010{n}T000000Z.json").write_bytes(orjson.dumps(run))
+    imported = tmp_path / "imported"
+    assert _import(folder, "browsecomp-plus", config, imported) == 0
+    assert main(["judge", str(imported)]) == 0
+    ours, back = _json(run_dir / "summary.json"), _json(imported / "summary.json")
+
+    for name in ("previewed", "opened", "behavior"):
+        for kind in ("evidence", "gold"):
+            figures = back["recall"][name][kind]
+            none = {"value": None, "ci95": None, "queries": 0}
+            assert figures["macro"] == figures["micro"] == none
+            assert ours["recall"][name][kind]["macro"]["value"] is not None
+        assert back["unavailable"][f"recall.{name}"] == "not in the browsecomp-plus format"
+    assert back["cost_usd"] is None and back["tokens_total"] is None and ours["cost_usd"] == 0.0
+    assert back["unavailable"]["tokens"] == back["unavailable"]["cost"]
+    # Surfaced is what their retriever returned: here our previewed and opened documents.
+    benchmark = load_benchmark(load_config(config).benchmark)
+    retrieved = {q: list(dict.fromkeys(r["previewed"] + r["opened"])) for q, r in first.items()}
+    for kind, qrels in (("evidence", benchmark.evidence), ("gold", benchmark.gold)):
+        value = back["recall"]["surfaced"][kind]["macro"]["value"]
+        assert value == pytest.approx(_macro(retrieved, qrels))
+    # Citations parse from the answer against the corpus, as the agent's did (the odd one out
+    # is a failure now: its answer no longer counts).
+    records = _records(imported)
+    for qid, record in records.items():
+        assert record["model"] == "their-model"
+        assert record["cited"] == ([] if qid == odd else first[qid]["cited"])
+    assert records[odd]["status"] == "failed" and records[odd]["error"] == "incomplete"
+    verdicts, theirs = _verdicts(run_dir), _verdicts(imported)
+    assert verdicts[odd] is True and sum(verdicts.values()) == 2
+    assert theirs == {q: c and q != odd for q, c in verdicts.items()}
+    assert back["accuracy"]["value"] == pytest.approx(1 / 6)
+
+    report = (imported / "report.md").read_text()
+    assert (
+        f"Imported from browsecomp-plus ({folder}): not in that format, shown n/a, never 0: "
+        in report
+    )
+    line = next(x for x in report.splitlines() if x.startswith("Imported from"))
+    for figure in ("recall.previewed", "recall.opened", "recall.behavior", "tokens", "cost"):
+        assert figure in line
+    assert "Tokens: n/a (not in the imported format)" in report
+    row = next(x for x in report.splitlines() if x.startswith(f"| {imported}"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # run, model, judge, queries, accuracy, surfaced, previewed, behavior, CE, CE, cost
+    assert cells[6] == cells[7] == cells[10] == "n/a" and cells[5] != "n/a"
+    assert "| previewed | n/a | n/a | n/a | n/a |" in report
+
+
+def test_a_bad_file_is_named_with_its_field_and_nothing_is_written(
+    original: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, run_dir = original
+    out = tmp_path / "export"
+    assert main(["export", str(run_dir), "--format", "browsecomp-plus", "--out", str(out)]) == 0
+    files = sorted(out.glob("*.json"))
+    broken = _json(files[-1])
+    del broken["result"]
+    files[-1].write_bytes(orjson.dumps(broken))
+    imported = tmp_path / "imported"
+    capsys.readouterr()
+    assert _import(out, "browsecomp-plus", config, imported) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"run file {files[-1]}: field 'result' is missing (a list of items ending with an "
+        "output_text item)" in err
+    )
+    assert not (imported / "records.jsonl").exists()  # the good files were not imported either
+
+    broken["result"] = [{"type": "output_text", "output": "Exact Answer: x"}]
+    broken["query_id"] = "no-such-query"
+    files[-1].write_bytes(orjson.dumps(broken))
+    assert _import(out, "browsecomp-plus", config, imported) == 2
+    err = capsys.readouterr().err
+    assert f"run file {files[-1]}: query_id 'no-such-query' is not a query of benchmark" in err
+    assert not (imported / "records.jsonl").exists()
+
+
+def test_importing_again_skips_what_the_run_holds(
+    original: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, run_dir = original
+    out, half = tmp_path / "export", tmp_path / "half"
+    assert main(["export", str(run_dir), "--format", "pi-serini", "--out", str(out)]) == 0
+    shutil.copytree(out, half)
+    runs = sorted(half.glob("[0-9]*.json"))
+    for path in runs[3:]:
+        path.unlink()
+    imported = tmp_path / "imported"
+    capsys.readouterr()
+    assert _import(half, "pi-serini", config, imported) == 0
+    assert "imported 3 queries" in capsys.readouterr().out
+    assert _import(out, "pi-serini", config, imported) == 0
+    captured = capsys.readouterr()
+    assert "imported 3 queries" in captured.out and "skipped 3 already recorded" in captured.out
+    assert "3 of the 6 queries" in captured.err and "skipped, not imported twice" in captured.err
+    assert set(_records(imported)) == set(_records(run_dir))  # each once
