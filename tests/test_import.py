@@ -255,3 +255,58 @@ def test_importing_again_skips_what_the_run_holds(
     assert "imported 3 queries" in captured.out and "skipped 3 already recorded" in captured.out
     assert "3 of the 6 queries" in captured.err and "skipped, not imported twice" in captured.err
     assert set(_records(imported)) == set(_records(run_dir))  # each once
+
+
+def test_a_pi_serini_run_folder_of_their_harness_imports_without_usage(
+    original: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A folder as `run_pi_benchmark.ts` writes it: `<query id>.json` run files without usage,
+    their stats, a failed query whose last item is the agent's stderr, and files that are not
+    run files (`run_setup.json`, the manifest snapshot, `raw-events/`)."""
+    config, run_dir = original
+    first = _records(run_dir)
+    folder = tmp_path / "pi-run"
+    (folder / "raw-events").mkdir(parents=True)
+    (folder / "raw-events" / "x.jsonl").write_text("{}\n")
+    for name in ("run_setup.json", "benchmark_manifest_snapshot.json"):
+        (folder / name).write_text('{"model": "x"}')
+    failed = sorted(first)[0]  # answered right: wrong once it failed
+    for qid, r in first.items():
+        answer = {"type": "output_text", "tool_name": None, "arguments": None,
+                  "output": r["final_answer"]}  # fmt: skip
+        stderr = {**answer, "output": "pi stderr:\nprovider error 500"}
+        run = {
+            "metadata": {"benchmark_id": "benchmark-template", "model": "pi/their-model"},
+            "query_id": qid,
+            "tool_call_counts": r["tool_call_counts"],
+            "status": "failed" if qid == failed else "completed",
+            "completion_source": "assistant_text",
+            "surfaced_docids": r["surfaced"],
+            "previewed_docids": r["previewed"],
+            "agent_docids": r["behavior"],
+            "opened_docids": r["opened"],
+            "cited_docids": r["cited"],
+            "stats": {"elapsed_seconds": 12.5, "assistant_turns": 4, "timed_out": False},
+            "result": [answer, stderr] if qid == failed else [answer],
+        }
+        (folder / f"{qid}.json").write_bytes(orjson.dumps(run))
+    imported = tmp_path / "imported"
+    assert _import(folder, "pi-serini", config, imported) == 0
+    assert main(["judge", str(imported)]) == 0
+    ours, back = _json(run_dir / "summary.json"), _json(imported / "summary.json")
+    assert back["queries"] == 6 and back["statuses"] == {"completed": 5, "failed": 1}
+    assert back["recall"] == ours["recall"]  # every tier as their harness listed it
+    assert back["cost_usd"] is None and back["tokens_total"] is None
+    assert set(back["unavailable"]) == {"tokens", "cost", "depth_curve", "budget"}
+    verdicts = _verdicts(run_dir)
+    assert verdicts[failed] is True
+    assert _verdicts(imported) == {q: c and q != failed for q, c in verdicts.items()}
+    records = _records(imported)
+    assert records[failed]["error"] == "pi stderr:\nprovider error 500"
+    assert records[failed]["final_answer"] is None
+    assert {(r["wall_seconds"], r["turns"], r["model"]) for r in records.values()} == {
+        (12.5, 4, "pi/their-model")
+    }
+    assert records[failed]["imported"]["unavailable"] == [
+        "usage", "trajectory", "rankings", "timing"
+    ]  # fmt: skip
