@@ -350,8 +350,10 @@ def to_record(
     if isinstance(run, PiSeriniRun) and final is not None and final.startswith("pi stderr:"):
         error, final = final, None  # their harness appends the agent's stderr when it failed
     completed = status == "completed"
-    parsed = parse_final_answer(final, docids)
-    sets, lacking = _sets(run, lambda: parsed.cited if completed else [])
+    # Every bracketed candidate first; the corpus is read only for a file that does not list
+    # its citations (then, as the agent's, only docids of the corpus count).
+    parsed = parse_final_answer(final)
+    sets, lacking = _sets(run, lambda: [d for d in parsed.cited if docids(d)] if completed else [])
     unavailable: list[Unavailable] = [*lacking, "trajectory", "rankings", "timing"]
     usage: Usage | None
     if isinstance(run, BrowseCompPlusRun):

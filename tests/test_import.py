@@ -155,7 +155,8 @@ def test_their_own_files_report_what_they_lack_as_n_a_never_zero(
             "retrieved_docids": list(dict.fromkeys(record["previewed"] + record["opened"])),
             "result": [
                 {"type": "reasoning", "tool_name": None, "arguments": None, "output": "hm"},
-                {"type": "output_text", "output": record["final_answer"] or ""},
+                # A citation of no document of the corpus: dropped, as the agent drops it.
+                {"type": "output_text", "output": f"{record['final_answer']}\nSee [no-such-doc]."},
             ],
         }
         (folder / f"run_2025010{n}T000000Z.json").write_bytes(orjson.dumps(run))
