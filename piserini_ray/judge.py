@@ -18,6 +18,7 @@ import orjson
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
+from piserini_ray.llm.batches import BatchRequest, OpenAIBatches, chat_body, split
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import Judgement, QueryRecord, Usage
@@ -174,6 +175,9 @@ async def judge_records(
     model: ModelConfig = config.judge_model()
     done = store.judgements(model.name)
     todo = to_judge(records, done)
+    if model.service_tier == "batch":
+        await judge_in_batches(config, store, todo, queries, client, log)
+        return store.judgements(model.name)
     if todo:
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
         items = [(queries[r.query_id], r) for r in todo]
@@ -190,3 +194,138 @@ def to_judge(records: list[QueryRecord], done: dict[str, Judgement]) -> list[Que
     return [
         r for r in records if r.query_id not in done or done[r.query_id].status == "judge_failed"
     ]
+
+
+async def judge_in_batches(
+    config: RunConfig,
+    store: RunStore,
+    todo: list[QueryRecord],
+    queries: dict[str, Query],
+    client: LLMClient,
+    log: Callable[[str], None],
+) -> None:
+    """`judge.model.service_tier: batch`: every answer without a verdict judged through the
+    provider's Batch API (`llm/batches.py`) at half price. Each batch is written to the run's
+    `batches.jsonl` before it is polled: a driver killed while waiting polls the same batch
+    again, never pays twice. A request that errored or expired goes into the next batch (up to
+    `retry.max_attempts` batches), a reply that does not parse too (up to
+    `judge.max_parse_retries` more); what is left is `judge_failed`, never scored wrong."""
+    model = client.model
+    api = OpenAIBatches(client.api_base, client.api_key())
+    batch = _BatchJudging(config, store, queries, api, log)
+    for record in todo:
+        if record.status != "completed" or not record.final_answer:  # wrong by rule, no call
+            store.append_judgement(await judge_one(client, queries[record.query_id], record, 0))
+        else:
+            batch.pending[record.query_id] = record
+    for batch_id, ids in store.open_batches(model.name).items():
+        log(f"batch {batch_id} of {model.name} ({len(ids)} answers) was sent before: polling it")
+        await batch.collect(batch_id, ids)
+    for round_ in range(1, config.retry.max_attempts + 1):
+        if not batch.pending:
+            break
+        log(f"judging {len(batch.pending)} answers with {model.name} in a batch (round {round_})")
+        sent = []
+        requests = [
+            BatchRequest(
+                custom_id=f"r{round_}-{n}",
+                body=chat_body(
+                    model,
+                    judge_messages(queries[query_id], record.final_answer or ""),
+                    response_format={"type": "json_object"},
+                ),
+            )
+            for n, (query_id, record) in enumerate(batch.pending.items())
+        ]
+        ids = {r.custom_id: query_id for r, query_id in zip(requests, batch.pending, strict=True)}
+        for chunk in split(requests):
+            chunk_ids = {r.custom_id: ids[r.custom_id] for r in chunk}
+            batch_id = await api.submit(chunk, {"run_id": store.run_id, "judge": model.name})
+            store.note_batch(model.name, batch_id, chunk_ids)
+            sent.append((batch_id, chunk_ids))
+        for batch_id, chunk_ids in sent:
+            await batch.collect(batch_id, chunk_ids)
+    for query_id in list(batch.pending):
+        batch.fail(query_id, f"no verdict after {config.retry.max_attempts} batch(es)")
+
+
+class _BatchJudging:
+    """The state of one batch judging: answers still without a verdict, and why."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        store: RunStore,
+        queries: dict[str, Query],
+        api: OpenAIBatches,
+        log: Callable[[str], None],
+    ) -> None:
+        self.config, self.store, self.queries, self.api, self.log = config, store, queries, api, log
+        self.model = config.judge_model().name
+        self.pending: dict[str, QueryRecord] = {}
+        self.problems: dict[str, list[str]] = {}
+        self.attempts: dict[str, int] = {}
+        self.usage: dict[str, Usage] = {}
+
+    async def collect(self, batch_id: str, ids: dict[str, str]) -> None:
+        """Wait for the batch to end, then write a verdict for each request that has one."""
+        state = await self.api.poll(batch_id)
+        shown = ""
+        while not state.done:
+            if state.status != shown:
+                self.log(f"batch {batch_id}: {state.status}")
+                shown = state.status
+            await asyncio.sleep(self.config.judge.batch_poll_seconds)
+            state = await self.api.poll(batch_id)
+        self.log(f"batch {batch_id}: {state.status}")
+        results = await self.api.results(state)
+        answered = {r.custom_id for r in results}
+        for custom_id, query_id in ids.items():
+            if custom_id not in answered and query_id in self.pending:
+                self.problems.setdefault(query_id, []).append(
+                    f"batch {batch_id} {state.status} without a result"
+                    + (f": {state.errors}" if state.errors else "")
+                )
+        for result in results:
+            if ids.get(result.custom_id) not in self.pending:
+                continue  # judged already (a result seen before the driver was stopped)
+            query_id = ids[result.custom_id]
+            if result.error is not None:
+                self.problems.setdefault(query_id, []).append(result.error)  # the next batch
+                continue
+            self.attempts[query_id] = self.attempts.get(query_id, 0) + 1
+            self.usage[query_id] = self.usage.get(query_id, Usage()) + result.usage
+            try:
+                verdict = parse_judgement(result.content)
+            except JudgeParseError as e:
+                self.problems.setdefault(query_id, []).append(f"parse error: {e}")
+                if self.attempts[query_id] > self.config.judge.max_parse_retries:
+                    self.fail(query_id, "the reply never parsed")
+                continue
+            self.store.append_judgement(
+                Judgement(
+                    query_id=query_id,
+                    judge_model=self.model,
+                    status="judged",
+                    attempts=self.attempts[query_id],
+                    usage=self.usage[query_id],
+                    **verdict,
+                )
+            )
+            del self.pending[query_id]
+        self.store.close_batch(self.model, batch_id)
+
+    def fail(self, query_id: str, why: str) -> None:
+        """No verdict for this answer: a judge failure (the next `judge` tries it again)."""
+        problems = "; ".join([why, *self.problems.get(query_id, [])])
+        self.store.append_judgement(
+            Judgement(
+                query_id=query_id,
+                judge_model=self.model,
+                status="judge_failed",
+                attempts=self.attempts.get(query_id, 0),
+                usage=self.usage.get(query_id, Usage()),
+                error=problems[-1000:],
+            )
+        )
+        self.pending.pop(query_id, None)

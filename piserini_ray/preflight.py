@@ -55,11 +55,12 @@ def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> N
     for model in config.judge.models or [config.judge_model()]:
         _check_priced("judge.model", model, pricing)
         _check_key("judge.model", model)
-        if model.service_tier == "batch":
+        if model.service_tier == "batch" and route_provider(model) != "openai":
             raise ConfigError(
-                "judge.model.service_tier: batch is not available yet (the judge would call "
-                "the standard tier one answer at a time). Use service_tier: flex for OpenAI "
-                "judges: batch prices, answers within minutes"
+                f"judge.model.service_tier: batch judges through OpenAI's Batch API; "
+                f"{model.name!r} goes through litellm's {route_provider(model)!r} route, whose "
+                "batches litellm cannot create. Judge with an OpenAI model at batch, or this "
+                "one at standard"
             )
 
 

@@ -6,7 +6,10 @@ A run directory holds:
   search's whole cached ranking), so a query is recorded completely or not at all;
 - `judgements/<judge>.jsonl`: one verdict per query per judge model, written as each arrives;
 - `spill/<query_id>/`: over-long tool outputs, written by the store (replicas return the text)
-  just before the query's record, so they always sit in the run directory of the driver.
+  just before the query's record, so they always sit in the run directory of the driver;
+- `batches.jsonl`: provider batches of the judge (`judge.model.service_tier: batch`), each
+  written when created and closed when its results are in, so a batch is polled, never paid
+  twice.
 
 Every JSONL goes through one `JsonlFile`: an append is one line, flushed and fsync'd before it
 returns; opening a file repairs a torn tail (a crash mid-write) by reporting and cutting it off,
@@ -208,6 +211,7 @@ class RunStore:
             ) from None
         self._records = JsonlFile(self.records_path, self._log)
         self._judgements: dict[str, JsonlFile] = {}
+        self._batches: JsonlFile | None = None  # `batches.jsonl`: provider batches in flight
         self._check_writable()
         self.manifest = self._open_manifest(config)
         self.run_id = self.manifest.run_id
@@ -389,6 +393,38 @@ class RunStore:
     def append_judgement(self, judgement: Judgement) -> None:
         with self._lock:
             self._judgement_file(judgement.judge_model).append(judgement.model_dump(mode="json"))
+
+    def note_batch(self, judge_model: str, batch_id: str, custom_ids: dict[str, str]) -> None:
+        """A provider batch was created for `judge_model`'s verdicts (custom id -> query id):
+        written before anyone polls it, so a driver killed while waiting resumes polling this
+        batch instead of paying for its requests again."""
+        row = {"judge_model": judge_model, "batch_id": batch_id, "custom_ids": custom_ids}
+        with self._lock:
+            self._batch_file().append(row)
+
+    def close_batch(self, judge_model: str, batch_id: str) -> None:
+        """Every result of the batch is written (as verdicts, or left to a next batch)."""
+        with self._lock:
+            self._batch_file().append({"judge_model": judge_model, "closed": batch_id})
+
+    def open_batches(self, judge_model: str) -> dict[str, dict[str, str]]:
+        """`judge_model`'s batches created and not closed: batch id -> custom id -> query id."""
+        found: dict[str, dict[str, str]] = {}
+        with self._lock:
+            rows = self._batch_file().read()
+        for row in rows:
+            if row.get("judge_model") != judge_model:
+                continue
+            if "closed" in row:
+                found.pop(row["closed"], None)
+            else:
+                found[row["batch_id"]] = dict(row["custom_ids"])
+        return found
+
+    def _batch_file(self) -> JsonlFile:
+        if self._batches is None:
+            self._batches = JsonlFile(self.run_dir / "batches.jsonl", self._log)
+        return self._batches
 
     def done(self) -> set[str]:
         with self._lock:

@@ -324,6 +324,7 @@ NOT_RUN_IDENTITY = [
     "run.epochs",
     "judge.model.service_tier",
     "judge.models.service_tier",
+    "judge.batch_poll_seconds",
 ]
 
 

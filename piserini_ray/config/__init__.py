@@ -573,7 +573,15 @@ class JudgeConfig(StrictModel):
 
     # Not identity: judging is after the run: a second judge adds verdicts to the same run.
     IDENTITY = ()
-    NOT_IDENTITY = ("model", "models", "panel_ties", "max_parse_retries", "concurrency", "seed")
+    NOT_IDENTITY = (
+        "model",
+        "models",
+        "panel_ties",
+        "max_parse_retries",
+        "concurrency",
+        "seed",
+        "batch_poll_seconds",
+    )
 
     model: ModelConfig | None = None
     #: A panel: every answer is judged by each of these models and the verdict is their
@@ -585,6 +593,8 @@ class JudgeConfig(StrictModel):
     max_parse_retries: int = Field(2, ge=0)
     concurrency: int = Field(16, ge=1)
     seed: int = 0  # bootstrap intervals of the report
+    #: How often a judge at `service_tier: batch` asks whether its batch has finished.
+    batch_poll_seconds: float = Field(30.0, gt=0)
 
     @model_validator(mode="after")
     def _one_way_to_name_the_judge(self) -> JudgeConfig:

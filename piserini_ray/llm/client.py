@@ -196,7 +196,9 @@ class LLMClient:
         self._keys = dict(keys or {})
         self.request_seed = request_seed
 
-    def _api_key(self) -> str | None:
+    def api_key(self) -> str | None:
+        """The key this client sends: the driver's handed value, else this process's variable
+        (a loopback endpoint needs none)."""
         name = key_variable(self.model, self.api_base)
         if name is None:
             # A self-hosted endpoint (the loopback provider, vLLM, a node's gateway to it)
@@ -290,7 +292,7 @@ class LLMClient:
         its last request reached the provider (`reached_provider`) with no usage back leaves
         that request's prompt in `trace.estimate` (`usage.estimate_prompt`: counted locally,
         calibrated by the provider's last reported count)."""
-        api_key = self._api_key()
+        api_key = self.api_key()
         params = self._params()
         if tools:
             params["tools"] = tools
