@@ -311,3 +311,170 @@ def test_a_pi_serini_run_folder_of_their_harness_imports_without_usage(
     assert records[failed]["imported"]["unavailable"] == [
         "usage", "trajectory", "rankings", "timing"
     ]  # fmt: skip
+
+
+def _their_files_without_usage(run_dir: Path, folder: Path) -> None:
+    """BrowseComp-Plus run files of `run_dir`'s answers as their clients write them: no usage,
+    no document sets but `retrieved_docids`."""
+    folder.mkdir(parents=True)
+    for n, (qid, record) in enumerate(sorted(_records(run_dir).items())):
+        run = {
+            "metadata": {"model": "their-model"},
+            "query_id": qid,
+            "tool_call_counts": record["tool_call_counts"],
+            "status": record["status"],
+            "retrieved_docids": list(dict.fromkeys(record["previewed"] + record["opened"])),
+            "result": [{"type": "output_text", "output": record["final_answer"]}],
+        }
+        (folder / f"run_2025010{n}T000000Z.json").write_bytes(orjson.dumps(run))
+
+
+@pytest.fixture(scope="module")
+def without_usage(original: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The original run's answers imported from BrowseComp-Plus files without usage, judged."""
+    config, run_dir = original
+    folder = tmp_path_factory.mktemp("no-usage")
+    _their_files_without_usage(run_dir, folder / "theirs")
+    imported = folder / "imported"
+    assert _import(folder / "theirs", "browsecomp-plus", config, imported) == 0
+    assert main(["judge", "--engine", "local", str(imported)]) == 0
+    assert _json(imported / "summary.json")["cost_usd"] is None
+    return imported
+
+
+def _paired_row(table: str, run: Path) -> list[str]:
+    row = next(x for x in table.splitlines() if x.startswith(f"| {run} |"))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_compare_shows_an_imported_runs_unknown_cost_as_n_a_never_zero(
+    original: tuple[Path, Path], without_usage: Path, tmp_path: Path
+) -> None:
+    """`compare` against a run without usage: the cost difference is n/a (both runs are priced
+    at 0 offline, so a usage read as zero would print +0.0000), and so is the cut-short count
+    when the reference holds no budget clock; the rest of the comparison stands."""
+    _, run_dir = original
+    imported = without_usage.absolute()
+    out = tmp_path / "compare"
+    assert main(["compare", str(run_dir), str(without_usage), "--out", str(out)]) == 0
+    (c,) = _json(out / "compare.json")
+    assert c["queries"] == 6 and c["accuracy"]["difference"] == 0.0  # the same answers
+    assert c["cost_per_query"] is None
+    assert c["cut_short"] == 0 and c["cut_short_gained"] == 0  # our reference has its clock
+    assert set(c["unavailable"]) == {"cost_per_query"}
+    assert "usage" in c["unavailable"]["cost_per_query"]
+    assert "browsecomp-plus" in c["unavailable"]["cost_per_query"]
+    table = (out / "compare.md").read_text()
+    # run, queries, accuracy, Δ accuracy, McNemar, wins/losses/ties, Δ recall, Δ cost, cut
+    cells = _paired_row(table, imported)
+    assert cells[7] == "n/a" and "0.0000" not in table
+    assert cells[8] == "0 -> 0" and cells[2] == "33.3 -> 33.3"
+    assert "Δ cost n/a, never 0: no usage in the browsecomp-plus format of the run" in table
+
+    # The imported run as the reference: whether it steered is unknown too.
+    back = tmp_path / "back"
+    assert main(["compare", str(without_usage), str(run_dir), "--out", str(back)]) == 0
+    (c,) = _json(back / "compare.json")
+    assert c["cost_per_query"] is None and c["cut_short"] is None
+    assert c["cut_short_gained"] is None
+    assert set(c["unavailable"]) == {"cost_per_query", "cut_short"}
+    cells = _paired_row((back / "compare.md").read_text(), run_dir.absolute())
+    assert cells[7] == cells[8] == "n/a"
+
+    # Runs of our own keep their figures: a cost difference of 0 is a measured 0.
+    ours = tmp_path / "ours"
+    assert main(["compare", str(run_dir), str(run_dir), "--out", str(ours)]) == 0
+    (c,) = _json(ours / "compare.json")
+    assert c["cost_per_query"]["difference"] == 0.0 and c["unavailable"] == {}
+    assert c["cut_short"] is not None
+
+
+def _viewer_rows(run_dir: Path) -> dict[str, dict]:
+    text = (run_dir / "viewer" / "index.js").read_text()
+    rows = orjson.loads(text.removeprefix("window.piseriniRows = ").removesuffix(";\n"))
+    return {r["id"]: r for r in rows}
+
+
+def _viewer_query(run_dir: Path, name: str) -> dict:
+    text = (run_dir / "viewer" / "q" / name).read_text()
+    return orjson.loads(text.removeprefix("window.piseriniQuery(").removesuffix(");\n"))
+
+
+def test_the_viewer_shows_an_imported_runs_unknown_tokens_and_cost_as_n_a_never_zero(
+    original: tuple[Path, Path], without_usage: Path
+) -> None:
+    _, run_dir = original
+    ours, theirs = _viewer_rows(run_dir), _viewer_rows(without_usage)
+    assert set(theirs) == set(ours) and len(theirs) == 6
+    for qid, row in theirs.items():
+        # None in the data (shown n/a by the page), never the empty usage's 0.
+        assert row["tokens"] is None and row["cost"] is None
+        assert row["wall"] is None and row["steered"] is None and row["turns"] is None
+        assert {"tokens", "cost", "wall", "steered", "turns"} <= set(row["unavailable"])
+        assert {"recall.previewed", "recall.opened", "recall.behavior"} <= set(row["unavailable"])
+        assert "recall.surfaced" not in row["unavailable"]
+        # Ours: measured tokens, and a measured cost of 0 (offline models are priced at 0).
+        assert ours[qid]["tokens"] > 0 and ours[qid]["cost"] == 0.0
+        assert ours[qid]["unavailable"] == [] and ours[qid]["wall"] > 0
+        page = _viewer_query(without_usage, row["file"])
+        assert page["usage"] is None
+        assert set(page["seconds"].values()) == {None}
+        assert page["imported"]["format"] == "browsecomp-plus"
+        assert "usage" in page["imported"]["unavailable"]
+        mine = _viewer_query(run_dir, ours[qid]["file"])
+        assert mine["usage"]["input_tokens"] > 0 and mine["imported"] is None
+        assert mine["seconds"]["wall"] > 0
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_the_viewer_page_of_an_imported_run_reads_n_a(without_usage: Path, tmp_path: Path) -> None:
+    """The page itself (headless Chromium, as tests/report/test_viewer.py): the table's tokens
+    and cost cells and the opened query's tokens, cost and time read n/a."""
+    import subprocess
+    from urllib.parse import quote
+
+    def dom(url: str) -> str:
+        return subprocess.run(
+            [
+                "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
+                "--dump-dom", url,
+            ],
+            capture_output=True, text=True, timeout=120,
+        ).stdout  # fmt: skip
+
+    page = (without_usage / "report.html").as_uri()
+    qid = sorted(_viewer_rows(without_usage))[0]
+    text = dom(f"{page}#q={quote(qid)}")
+    row = re.search(rf'<tr data-query="{re.escape(qid)}">(.*?)</tr>', text)
+    assert row is not None
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    # query, status, correct, confidence, tool calls, turns, tokens, cost, seconds, steered,
+    # surfaced, previewed, opened, cited, behavior
+    assert cells[5:10] == ["n/a"] * 5
+    assert cells[11] == cells[12] == cells[14] == "n/a" and cells[10] != "n/a"
+    assert f'data-query="{qid}"' in text
+    assert "<dt>tokens</dt><dd>n/a</dd>" in text and "<dt>cost $</dt><dd>n/a</dd>" in text
+    assert "<dd>n/a wall, n/a charged, n/a waiting</dd>" in text
+    assert "n/a: not in the browsecomp-plus format" in text
+
+
+def test_reporting_an_imported_run_draws_no_empty_legend(
+    original: tuple[Path, Path], without_usage: Path, tmp_path: Path
+) -> None:
+    """An imported run has no depth curve and no budget analysis: its plots draw no line, so
+    they have no legend, and matplotlib has nothing to warn of (alone or beside our run)."""
+    import warnings
+
+    _, run_dir = original
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report", str(without_usage)]) == 0
+        assert main(["report", str(run_dir), str(without_usage), "--out", str(tmp_path)]) == 0
+    legend = [str(w.message) for w in caught if "legend" in str(w.message).lower()]
+    assert legend == []
+    for folder in (without_usage, tmp_path):
+        for name in ("depth", "answer_times", "tools"):
+            assert (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

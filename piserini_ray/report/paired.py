@@ -64,14 +64,19 @@ class PairedComparison(BaseModel):
     ties: int
     #: Macro surfaced evidence recall, over the shared queries that have evidence qrels.
     surfaced_recall: PairedDifference
-    #: USD per query; None when either run is unpriced.
+    #: USD per query; None when either run is unpriced or a query of either run was imported
+    #: from a format without usage (its tokens are unknown, not zero).
     cost_per_query: PairedDifference | None
     flips: list[Flip]
     #: Shared queries the reference cut short (timed out, or answered after the steer), and
     #: those of them the other run got right where the reference did not: does a longer budget
-    #: rescue what the shorter one cut?
-    cut_short: int = 0
-    cut_short_gained: int = 0
+    #: rescue what the shorter one cut? None when the reference holds no budget clock (an
+    #: imported format without timing or trajectory: whether it steered is unknown).
+    cut_short: int | None = 0
+    cut_short_gained: int | None = 0
+    #: Figures of this comparison left n/a because a run's imported format lacks what they need
+    #: (`records.UNAVAILABLE`) -> why; empty for runs of our own.
+    unavailable: dict[str, str] = {}
     #: The power of this comparison at its observed discordance (exact McNemar, alpha 0.05,
     #: 80 %): the smallest detectable difference of this many queries, and the queries
     #: needed to detect EFFECTS.
@@ -97,6 +102,40 @@ def _difference(reference: Sequence[float], other: Sequence[float], seed: int) -
     )
 
 
+#: The parts of a record (`records.UNAVAILABLE`) each figure of a comparison needs, and in
+#: which run: "both", or "reference" (the cut-short counts read only the reference's steer).
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "cost_per_query": (("usage",), "both"),
+    "cut_short": (("timing", "trajectory"), "reference"),
+}
+
+
+def _lacking(runs: Sequence[tuple[str, RunFacts]], pairs: set[str]) -> dict[str, str]:
+    """Each figure of `NEEDS` that a shared query of one of `runs` cannot give -> why: one
+    such query is enough, as in `metrics.aggregate` (a figure over the others would pass for
+    the runs')."""
+    why: dict[str, str] = {}
+    for figure, (parts, which) in NEEDS.items():
+        for role, run in runs:
+            if which != "both" and role != which:
+                continue
+            formats = sorted(
+                {
+                    f.imported[0] if f.imported else "imported"
+                    for f in run.facts
+                    if f.query_id in pairs and any(p in f.unavailable for p in parts)
+                }
+            )
+            if formats:
+                missing = " or ".join(parts)
+                why.setdefault(
+                    figure,
+                    f"no {missing} in the {' and '.join(formats)} format of the {role} "
+                    f"({run.run_dir})",
+                )
+    return why
+
+
 def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedComparison:
     """`other` against `reference` over the queries both answered (in reference order)."""
     theirs = {f.query_id: f for f in other.facts}
@@ -113,8 +152,15 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
         cell = f.recall.get("surfaced", {}).get("evidence")
         return None if cell is None or cell[1] == 0 else cell[0] / cell[1]
 
+    unavailable = _lacking(
+        [("reference", reference), ("run", other)], {a.query_id for a, _ in pairs}
+    )
     cost = None
-    if reference.price is not None and other.price is not None:
+    if (
+        reference.price is not None
+        and other.price is not None
+        and "cost_per_query" not in unavailable
+    ):
         ref_price, other_price = reference.price, other.price
         cost = _difference(
             [ref_price.cost(a.usage) for a, _ in pairs],
@@ -144,9 +190,12 @@ def compare_runs(reference: RunFacts, other: RunFacts, seed: int = 0) -> PairedC
             for (a, _), x, y in zip(pairs, ref_right, other_right, strict=True)
             if x != y
         ],
-        cut_short=len(cut),
-        cut_short_gained=sum(1 for a, b in cut if _correct(b) and not _correct(a)),
+        cut_short=None if "cut_short" in unavailable else len(cut),
+        cut_short_gained=None
+        if "cut_short" in unavailable
+        else sum(1 for a, b in cut if _correct(b) and not _correct(a)),
         power=power_figures(len(pairs), observed, EFFECTS),
+        unavailable=unavailable,
     )
 
 
@@ -183,8 +232,9 @@ def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
             f"| {c.other} | {c.queries} | {percent(c.accuracy.reference)} -> "
             f"{percent(c.accuracy.other)} | {_points(c.accuracy)} | {c.mcnemar.p_value:.4g} | "
             f"{c.wins} / {c.losses} / {c.ties} | {_points(c.surfaced_recall)} | "
-            f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} | {c.cut_short} -> "
-            f"{c.cut_short_gained} |"
+            f"{_points(c.cost_per_query, 1.0, '{:+.4f}')} | "
+            + ("n/a" if c.cut_short is None else f"{c.cut_short} -> {c.cut_short_gained}")
+            + " |"
         )
     for c in comparisons:
         gained = [f.query_id for f in c.flips if f.other_correct]
@@ -203,12 +253,19 @@ def paired_markdown(comparisons: Sequence[PairedComparison]) -> str:
                 if c.reference_judge != c.other_judge
                 else ""
             )
+            + "".join(
+                f"; {_FIGURE_NAMES.get(figure, figure)} n/a, never 0: {why}"
+                for figure, why in c.unavailable.items()
+            )
         )
     for c in comparisons:
         if c.power is not None:
             lines.append("")
             lines.append(f"{c.other}: {_power_sentence(c.power, 'observed')}")
     return "\n".join(lines) + "\n"
+
+
+_FIGURE_NAMES = {"cost_per_query": "Δ cost", "cut_short": "cut short"}
 
 
 def _count(n: int | None) -> str:

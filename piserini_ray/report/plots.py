@@ -29,7 +29,9 @@ def _label(m: RunMetrics) -> str:
 
 def _finish(fig: plt.Figure, ax: plt.Axes, path: Path, title: str, legend: dict | None) -> Path:
     ax.set_title(title)
-    if legend is not None:
+    # Only what was drawn has a legend (a run without the figure, e.g. an imported one, draws
+    # nothing: an empty legend would only warn).
+    if legend is not None and ax.get_legend_handles_labels()[0]:
         ax.legend(**legend)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -78,12 +80,35 @@ def plot_pareto(runs: Sequence[RunMetrics], path: Path) -> Path:
     return path
 
 
+def _not_drawn(ax: plt.Axes, runs: Sequence[str]) -> None:
+    """Name on the plot the runs it leaves out because their format lacks its figure (n/a,
+    never a curve at 0): mid-plot when nothing was drawn, else at its foot."""
+    if not runs:
+        return
+    empty = not ax.get_legend_handles_labels()[0]
+    ax.text(
+        0.5,
+        0.5 if empty else 0.02,
+        "n/a (not in the imported format): " + "; ".join(runs),
+        transform=ax.transAxes,
+        ha="center",
+        va="center" if empty else "bottom",
+        fontsize=7,
+        wrap=True,
+    )
+
+
 def plot_depth(runs: Sequence[RunMetrics], path: Path) -> Path:
+    """Macro surfaced recall by retrieval depth, a curve per run and qrels kind; a run whose
+    rankings are not recorded (an imported one: all None) draws no curve and is named."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    left_out = []
     for m in runs:
+        drawn = False
         for kind, style in (("evidence", "-o"), ("gold", "--s")):
             curve = {k: v for k, v in m.depth_curve[kind].items() if v is not None}
             if curve:
+                drawn = True
                 ax.plot(
                     list(curve),
                     [100 * v for v in curve.values()],
@@ -91,6 +116,9 @@ def plot_depth(runs: Sequence[RunMetrics], path: Path) -> Path:
                     ms=3,
                     label=f"{kind}: {_label(m)}",
                 )
+        if not drawn and "depth_curve" in m.unavailable:
+            left_out.append(_label(m))
+    _not_drawn(ax, left_out)
     ax.set_xscale("log")
     ax.set_xlabel("retrieval depth k")
     ax.set_ylabel("surfaced recall (macro, %)")
@@ -122,6 +150,7 @@ def plot_answer_times(runs: Sequence[RunMetrics], path: Path) -> Path:
         (line,) = ax.step([0.0, *times], [0.0, *shares], where="post", label=_label(m))
         if not m.termination.startswith("iterations"):
             ax.axvline(m.budget_seconds, color=line.get_color(), ls=":", lw=1)
+    _not_drawn(ax, [_label(m) for m in runs if "budget" in m.unavailable])
     ax.set_xlabel("charged seconds (dotted: each run's budget)")
     ax.set_ylabel("queries answered (% of all)")
     ax.grid(alpha=0.3)

@@ -27,6 +27,23 @@ from piserini_ray.tools.spill import safe_component
 
 TIERS = ("surfaced", "previewed", "opened", "cited")
 
+#: The index columns each part an imported record may lack (`records.UNAVAILABLE`) feeds: a
+#: row lists them in its `unavailable` and the table shows them n/a, never 0 (their values are
+#: None). The query page says the same of its timings and tokens.
+UNAVAILABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "usage": ("tokens", "cost"),
+    "previewed": ("recall.previewed",),
+    "opened": ("recall.opened",),
+    "behavior": ("recall.behavior",),
+    "timing": ("steered",),
+    "wall": ("wall",),
+}
+
+
+def unavailable_columns(parts: Iterable[str]) -> list[str]:
+    """The index columns that `parts` (a record's `imported.unavailable`) leave n/a."""
+    return [c for part in parts for c in UNAVAILABLE_COLUMNS.get(part, ())]
+
 
 class ViewerWriter:
     """Writes a query's file as its record streams past (`observe`), then the index."""
@@ -52,6 +69,11 @@ class ViewerWriter:
         self.files[record.query_id] = name
         query = self.queries.get(record.query_id)
         judgement = self.judgements.get(record.query_id)
+        source = record.imported
+        # A part the record's format lacks is None (n/a), never its empty field's 0.
+        turns = len(record.trajectory) if record.has("trajectory") else record.turns
+        steered = record.steered if record.has("timing") else None
+        wall = record.wall_seconds if record.has("wall") else None
         data = {
             "id": record.query_id,
             "question": query.query if query else None,
@@ -59,27 +81,27 @@ class ViewerWriter:
             "status": record.status,
             "termination": record.termination,
             "error": record.error,
-            "steered": record.steered,
+            "steered": steered,
             "final_answer": record.final_answer,
             "exact_answer": record.exact_answer,
             "confidence": record.confidence,
             "confidence_missing": record.confidence_missing,
             "seconds": {
-                "wall": record.wall_seconds,
-                "charged": record.charged_seconds,
-                "waited": record.waited_seconds,
-                "clock": record.budget_clock,
+                "wall": wall,
+                "charged": record.charged_seconds if record.has("timing") else None,
+                "waited": record.waited_seconds if record.has("timing") else None,
+                "clock": record.budget_clock if record.has("timing") else None,
             },
+            "usage": record.usage.model_dump(mode="json") if record.has("usage") else None,
+            "imported": None
+            if source is None
+            else {"format": source.format, "file": source.file, "unavailable": source.unavailable},
             "verdict": judgement.model_dump(mode="json", exclude={"usage"}) if judgement else None,
             "turns": [self._turn(record, t.model_dump(mode="json")) for t in record.trajectory],
             "searches": [{"id": s.search_id, "query": s.query} for s in record.rankings],
             "documents": self._documents(record),
         }
-        self.extra[record.query_id] = {
-            "turns": len(record.trajectory),
-            "steered": record.steered,
-            "wall": record.wall_seconds,
-        }
+        self.extra[record.query_id] = {"turns": turns, "steered": steered, "wall": wall}
         payload = orjson.dumps(data).decode()
         (self.folder / "q" / name).write_text(f"window.piseriniQuery({payload});\n")
 
@@ -125,6 +147,12 @@ class ViewerWriter:
                 else cell[0] / cell[1]
                 for tier in (*TIERS, "behavior")
             }
+            # Usage the record's format does not report is unknown: no tokens, no cost.
+            usage = "usage" not in f.unavailable
+            extra = self.extra[f.query_id]
+            missing = unavailable_columns(f.unavailable)
+            if extra["turns"] is None:  # no trajectory, and the format does not count turns
+                missing.append("turns")
             rows.append(
                 {
                     "id": f.query_id,
@@ -133,10 +161,11 @@ class ViewerWriter:
                     "correct": None if f.verdict != "judged" else bool(f.correct),
                     "confidence": round(100 * f.agent_confidence, 1),
                     "tool_calls": sum(f.tool_calls.values()),
-                    "tokens": f.usage.input_tokens + f.usage.output_tokens,
-                    "cost": None if price is None else price.cost(f.usage),
+                    "tokens": f.usage.input_tokens + f.usage.output_tokens if usage else None,
+                    "cost": None if price is None or not usage else price.cost(f.usage),
                     "recall": evidence,
-                    **self.extra[f.query_id],
+                    **extra,
+                    "unavailable": missing,
                 }
             )
         path = self.folder / "index.js"
@@ -165,7 +194,9 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
     ["recall.opened", "opened"], ["recall.cited", "cited"], ["recall.behavior", "behavior"],
   ];
   const get = (r, k) => k.split(".").reduce((o, p) => (o == null ? o : o[p]), r);
-  const show = (v, k) => v == null ? "" : k.startsWith("recall.") ? (100 * v).toFixed(0) + "%"
+  // A column the row's imported format lacks is n/a, never 0 (its value is null).
+  const show = (v, k, r) => r && (r.unavailable || []).includes(k) ? "n/a" : v == null ? ""
+    : k.startsWith("recall.") ? (100 * v).toFixed(0) + "%"
     : k === "cost" ? v.toFixed(4) : typeof v === "boolean" ? (v ? "yes" : "no") : String(v);
   const el = (tag, text, cls) => {
     const e = document.createElement(tag);
@@ -194,7 +225,7 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
   function render() {
     const needle = filter.value.toLowerCase();
     let shown = rows.filter(r => !needle ||
-      cols.some(([k]) => show(get(r, k), k).toLowerCase().includes(needle)));
+      cols.some(([k]) => show(get(r, k), k, r).toLowerCase().includes(needle)));
     if (sortKey) shown = shown.slice().sort((a, b) => {
       const x = get(a, sortKey), y = get(b, sortKey);
       return (x == null) - (y == null) || (x < y ? -1 : x > y ? 1 : 0) * sortDir;
@@ -202,7 +233,7 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
     body.replaceChildren(...shown.map(r => {
       const tr = el("tr");
       tr.dataset.query = r.id;
-      cols.forEach(([k]) => tr.appendChild(el("td", show(get(r, k), k))));
+      cols.forEach(([k]) => tr.appendChild(el("td", show(get(r, k), k, r))));
       tr.onclick = () => open(r.id);
       return tr;
     }));
@@ -219,7 +250,9 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
     script.src = "viewer/q/" + row.file;
     document.body.appendChild(script);
   }
+  const secs = (v) => v == null ? "n/a" : v.toFixed(1) + " s";
   window.piseriniQuery = (q) => {
+    const row = rows.find(r => r.id === q.id);
     const d = document.getElementById("detail");
     d.replaceChildren();
     d.dataset.query = q.id;
@@ -232,9 +265,14 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
       ["verdict", q.verdict ? (q.verdict.status === "judged" ?
         (q.verdict.correct ? "correct" : "wrong") + " (" + q.verdict.judge_model + ")" :
         "judge failed") : "not judged"],
-      ["time", q.seconds.wall.toFixed(1) + " s wall, " + q.seconds.charged.toFixed(1) +
-        " s charged (" + q.seconds.clock + " clock), " + q.seconds.waited.toFixed(1) +
-        " s waiting"]];
+      ["time", secs(q.seconds.wall) + " wall, " + secs(q.seconds.charged) + " charged" +
+        (q.seconds.clock == null ? "" : " (" + q.seconds.clock + " clock)") + ", " +
+        secs(q.seconds.waited) + " waiting"],
+      ["tokens", q.usage == null ? "n/a" : q.usage.input_tokens + " in / " +
+        q.usage.output_tokens + " out"],
+      ["cost $", row == null || row.cost == null ? "n/a" : row.cost.toFixed(4)]];
+    if (q.imported) facts.push(["imported", q.imported.format + " (" + q.imported.file +
+      "): not in that format, shown n/a, never 0: " + q.imported.unavailable.join(", ")]);
     const dl = el("dl");
     facts.forEach(([k, v]) => { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v)); });
     d.appendChild(dl);
@@ -254,6 +292,8 @@ open its trajectory. The page address keeps the state: <code>#q=ID</code>,
     });
     d.appendChild(docs);
     d.appendChild(el("h4", "Trajectory"));
+    if (q.imported && q.imported.unavailable.includes("trajectory"))
+      d.appendChild(el("p", "n/a: not in the " + q.imported.format + " format"));
     q.turns.forEach(t => {
       const turn = el("div", null, "turn");
       if (t.steered) turn.appendChild(el("p", "steer: submit now (tools blocked)", "steer"));
