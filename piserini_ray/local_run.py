@@ -17,6 +17,8 @@ from piserini_ray.endpoints import ModelEndpoints
 from piserini_ray.engine import Log, PreparedRun
 from piserini_ray.errors import ProviderRefused
 from piserini_ray.judge import judge_records
+from piserini_ray.llm.batcher import BatchLedger, TurnBatcher
+from piserini_ray.llm.batches import OpenAIBatches
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.clients import build_client
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
@@ -40,6 +42,20 @@ def local_client(
         api_base=endpoints.api_base(model, config.offline),
         limiters=LOCAL_LIMITERS,
         seed=seed,
+    )
+
+
+def turn_batcher(run: PreparedRun, client: LLMClient, log: Log) -> TurnBatcher:
+    """The run's batcher of agent turns, its ledger in the run directory (`agent_batches.jsonl`,
+    so a killed driver polls the batches it sent and reuses the turns it paid for)."""
+    settings = run.config.runtime.batch
+    return TurnBatcher(
+        OpenAIBatches(client.api_base, client.api_key()),
+        BatchLedger(run.run_dir / "agent_batches.jsonl"),
+        gather_seconds=settings.gather_seconds,
+        poll_seconds=settings.poll_seconds,
+        max_rounds=run.config.retry.max_attempts,
+        log=log,
     )
 
 
@@ -101,7 +117,12 @@ class LocalEngine:
             client = local_client(
                 run.config.model, run.config, self.endpoints, run.config.run.request_seed()
             )
-            asyncio.run(_run_all(run, searcher, client, self.concurrency))
+            at_once = self.concurrency
+            if run.config.model.service_tier == "batch":
+                # Every turn waits for its batch: the more queries in a round, the fewer rounds.
+                client.batcher = turn_batcher(run, client, log)
+                at_once = run.config.runtime.batch.queries_at_once
+            asyncio.run(_run_all(run, searcher, client, at_once))
             if run.stop_reason():
                 log(f"stopped: {run.stop_reason()}")
 

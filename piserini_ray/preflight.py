@@ -31,15 +31,6 @@ def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
     pricing = pricing or pricing_for(config)
     _check_priced("model", config.model, pricing)
     _check_key("model", config.model)
-    if config.model.service_tier == "batch":
-        # The agent's turns through a batch endpoint need a batcher in front of the loop;
-        # until then a batch agent would silently run at the standard tier and price.
-        raise ConfigError(
-            "model.service_tier: batch is not available for the agent yet (its turns would go "
-            "out one by one at the standard tier). Use service_tier: flex for OpenAI models "
-            "(batch prices, same trajectories), and judge.model.service_tier: batch for the "
-            "judge"
-        )
     preflight_judge(config, pricing)
     for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
         path = getattr(config.benchmark, field)
@@ -55,17 +46,10 @@ def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> N
     for model in config.judge.models or [config.judge_model()]:
         _check_priced("judge.model", model, pricing)
         _check_key("judge.model", model)
-        if model.service_tier == "batch" and route_provider(model) != "openai":
-            raise ConfigError(
-                f"judge.model.service_tier: batch judges through OpenAI's Batch API; "
-                f"{model.name!r} goes through litellm's {route_provider(model)!r} route, whose "
-                "batches litellm cannot create. Judge with an OpenAI model at batch, or this "
-                "one at standard"
-            )
 
 
 #: litellm's providers that sell each tier through the route the client calls.
-TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai", "anthropic")}
+TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai",)}  # litellm creates no Anthropic batch
 
 
 def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
@@ -82,10 +66,14 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
     if provider not in TIER_PROVIDERS[tier]:
         sellers = " and ".join(TIER_PROVIDERS[tier])
         raise ConfigError(
-            f"{role}.service_tier: {tier} is sold through the {sellers} route(s) only; "
-            f"{name!r} goes through litellm's {provider!r} route "
+            f"{role}.service_tier: {tier} goes through the {sellers} route only "
+            + (
+                "(OpenAI's Batch API: litellm creates no other provider's batches)"
+                if tier == "batch"
+                else ""
+            )
+            + f"; {name!r} goes through litellm's {provider!r} route "
             f"({model.resolved_litellm_model()}). Use service_tier: standard for it"
-            + (" (or batch)" if tier == "flex" and provider == "anthropic" else "")
         )
     if pricing.price(name, tier) is None:
         raise ConfigError(

@@ -515,6 +515,21 @@ class AgentConfig(StrictModel):
     max_iterations: int = Field(100, ge=1)
 
 
+class TurnBatchConfig(StrictModel):
+    """Batched agent turns (`model.service_tier: batch`, `llm/batcher.py`)."""
+
+    # Not identity: how the turns travel, not what they answer.
+    IDENTITY = ()
+    NOT_IDENTITY = ("gather_seconds", "poll_seconds", "queries_at_once")
+
+    #: Seconds a round waits after its first turn for the other queries' turns.
+    gather_seconds: float = Field(2.0, ge=0)
+    #: How often a batch in flight is asked whether it has finished.
+    poll_seconds: float = Field(30.0, gt=0)
+    #: Queries whose loops run at once (each waits on the batch, not on a CPU).
+    queries_at_once: int = Field(256, ge=1)
+
+
 class RuntimeConfig(StrictModel):
     """Where and how wide a run executes. Not part of a run's identity: a run started on a
     laptop can be resumed on a cluster."""
@@ -534,6 +549,7 @@ class RuntimeConfig(StrictModel):
         "max_infrastructure_attempts",
         "max_failure_rate",
         "runs_root",
+        "batch",
     )
 
     #: None: start a local Ray sized by `num_cpus`; "auto" (or an address): attach to a cluster.
@@ -556,6 +572,8 @@ class RuntimeConfig(StrictModel):
     #: driver's node (default `$PISERINI_RAY_HOME/runs`), never the job's working directory,
     #: which `ray job submit` copies anew for every job.
     runs_root: Path | None = None
+    #: How agent turns are gathered into provider batches (`model.service_tier: batch`).
+    batch: TurnBatchConfig = TurnBatchConfig()
 
     def resolved_runs_root(self) -> Path:
         root = self.runs_root if self.runs_root is not None else default_home() / "runs"

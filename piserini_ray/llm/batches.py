@@ -53,6 +53,8 @@ class BatchResult(BaseModel):
     content: str | None = None
     usage: Usage = Usage()
     error: str | None = None
+    #: The whole reply (a chat completion), as a direct call would have returned it.
+    reply: dict[str, Any] | None = None
 
 
 def chat_body(model: ModelConfig, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -164,6 +166,7 @@ def _result(line: dict[str, Any]) -> BatchResult:
     details = usage.get("prompt_tokens_details") or {}
     return BatchResult(
         custom_id=custom_id,
+        reply=body,
         content=message.get("content"),
         usage=Usage(
             input_tokens=int(usage.get("prompt_tokens") or 0),

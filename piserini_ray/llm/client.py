@@ -26,6 +26,7 @@ from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.errors import InfrastructureError
+from piserini_ray.llm.batches import chat_body
 from piserini_ray.llm.retry import (
     Failure,
     FailureKind,
@@ -45,6 +46,12 @@ from piserini_ray.llm.usage import (
 from piserini_ray.records import Usage
 
 litellm.suppress_debug_info = True
+
+
+class Batcher(Protocol):
+    """Where a model at `service_tier: batch` sends each call (`llm/batcher.TurnBatcher`)."""
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class Limiter(Protocol):
@@ -180,6 +187,7 @@ class LLMClient:
         seed: int | None = None,
         keys: Mapping[str, SecretStr] | None = None,
         request_seed: int | None = None,
+        batcher: Batcher | None = None,
     ) -> None:
         """`keys`: key values by variable name, handed over by the driver (`secrets.driver_keys`);
         a variable missing there is read from this process's environment. `request_seed`: sent
@@ -195,6 +203,8 @@ class LLMClient:
         self.reported = ReportedPrompts()
         self._keys = dict(keys or {})
         self.request_seed = request_seed
+        #: `service_tier: batch`: every call goes through it, as a line of a provider batch.
+        self.batcher = batcher
 
     def api_key(self) -> str | None:
         """The key this client sends: the driver's handed value, else this process's variable
@@ -292,6 +302,8 @@ class LLMClient:
         its last request reached the provider (`reached_provider`) with no usage back leaves
         that request's prompt in `trace.estimate` (`usage.estimate_prompt`: counted locally,
         calibrated by the provider's last reported count)."""
+        if self.batcher is not None:
+            return await self._complete_in_batch(messages, tools, waits, response_format, trace)
         api_key = self.api_key()
         params = self._params()
         if tools:
@@ -393,6 +405,35 @@ class LLMClient:
             call.attempts,
             failures,
             self.provider,
+        )
+
+    async def _complete_in_batch(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        waits: WaitTracker | None,
+        response_format: dict[str, Any] | None,
+        trace: CallTrace | None,
+    ) -> Completion:
+        """One call as a line of the next provider batch: the time in the queue is waiting
+        (never charged to a budget), the reply is parsed as a direct call's."""
+        assert self.batcher is not None
+        extra: dict[str, Any] = {}
+        if tools:
+            extra["tools"] = tools
+        if response_format is not None:
+            extra["response_format"] = response_format
+        if self.request_seed is not None:
+            extra["seed"] = self.request_seed
+        call = trace if trace is not None else CallTrace()
+        call.attempts += 1
+        started = time.monotonic()
+        with (waits or _NoTracker()).waiting(None, "batch queue"):
+            reply = await self.batcher.complete(chat_body(self.model, list(messages), **extra))
+        call.waited_seconds += time.monotonic() - started
+        response = litellm.ModelResponse(**reply)
+        return _completion(
+            response, 0.0, call.waited_seconds, call.attempts, call.failures, self.provider
         )
 
     async def _estimate(

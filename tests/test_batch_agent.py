@@ -1,0 +1,156 @@
+"""Batched agent turns (issue 22): with `model.service_tier: batch` the agent loop is unchanged
+and every turn travels as a line of a provider batch (OpenAI's Batch API, the offline
+provider's emulator, through litellm's files and batches calls). The same queries give the same
+trajectories as at the standard tier, at half the bill; errored and expired turns go into the
+next batch; a driver killed while a batch is in flight resumes by polling that batch, and no
+turn is sent in a second batch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from piserini_ray.cli import main
+from piserini_ray.config.offline import BatchConfig
+from piserini_ray.offline import OfflineConfig, OfflineProvider
+
+QUERIES = 4
+
+
+def _config(tmp_path: Path, index_root: Path, base: str, tier: str, name: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"model: {{name: gpt-5, litellm_model: openai/gpt-5, api_base: '{base}', "
+        f"service_tier: {tier}}}\n"
+        f"slice: {{sample: {QUERIES}, seed: 8}}\n"
+        "agent: {termination: iterations, max_iterations: 12}\n"
+        f"retrieval: {{index_root: '{index_root}'}}\n"
+        "judge: {model: {name: offline/exact-match-judge}}\n"
+        "runtime: {batch: {gather_seconds: 0.3, poll_seconds: 0.05}}\n"
+    )
+    return path
+
+
+def _served(batch: BatchConfig) -> OfflineConfig:
+    return OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"}, batch=batch)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [orjson.loads(x) for x in path.read_bytes().split(b"\n") if x.strip()]
+
+
+def _trajectories(run_dir: Path) -> dict[str, list]:
+    return {
+        r["query_id"]: [
+            [(c["name"], c["arguments"]) for c in t["tool_calls"]] for t in r["trajectory"]
+        ]
+        + [r["final_answer"]]
+        for r in _rows(run_dir / "records.jsonl")
+    }
+
+
+def _run(*args: str) -> int:
+    return main([*args, "--engine", "local"])
+
+
+def _batched_ids(provider: OfflineProvider) -> list[str]:
+    """Every custom_id of every batch the emulator was sent, read back through its API."""
+    headers = {"Authorization": "Bearer no-key"}
+    listed = httpx.get(f"{provider.base_url}/batches?limit=100", headers=headers).json()
+    ids = []
+    for batch in listed["data"]:
+        content = httpx.get(
+            f"{provider.base_url}/files/{batch['input_file_id']}/content", headers=headers
+        )
+        ids += [orjson.loads(x)["custom_id"] for x in content.content.splitlines() if x]
+    return ids
+
+
+def test_batched_turns_give_the_standard_trajectories_at_half_the_bill(
+    tmp_path: Path, index_root: Path, sample_index: Path
+) -> None:
+    costs = {}
+    for tier in ("standard", "batch"):
+        with OfflineProvider(_served(BatchConfig(completion_seconds=0.1))) as provider:
+            config = _config(tmp_path, index_root, provider.base_url, tier, tier)
+            assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / tier)) == 0
+            bill = provider.bill
+            sent = _batched_ids(provider)
+        costs[tier] = orjson.loads((tmp_path / tier / "summary.json").read_bytes())["cost_usd"]
+        if tier == "batch":
+            line = bill[("batch", "gpt-5")]
+            assert line.requests == len(sent) == len(set(sent)) > QUERIES  # many turns each
+            assert ("standard", "gpt-5") in bill  # the one-word model check only
+            assert bill[("standard", "gpt-5")].requests == 1
+    assert _trajectories(tmp_path / "batch") == _trajectories(tmp_path / "standard")
+    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], rel=1e-3) and costs["batch"]
+    records = _rows(tmp_path / "batch" / "records.jsonl")
+    assert all(r["charged_seconds"] < 60 for r in records)  # the queue is waiting, not charged
+    assert all(r["waited_seconds"] > 0 for r in records)
+
+
+def test_errored_and_expired_turns_go_into_the_next_batch(
+    tmp_path: Path, index_root: Path, sample_index: Path
+) -> None:
+    rough = BatchConfig(completion_seconds=0.05, error_rate=0.2, expire_rate=0.2)
+    with OfflineProvider(_served(rough)) as provider:
+        config = _config(tmp_path, index_root, provider.base_url, "batch", "rough")
+        assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / "rough")) == 0
+        sent = _batched_ids(provider)
+    with OfflineProvider(_served(BatchConfig())) as provider:
+        config = _config(tmp_path, index_root, provider.base_url, "standard", "calm")
+        assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / "calm")) == 0
+    assert len(sent) > len(set(sent))  # some turns were sent again, in a later batch
+    assert _trajectories(tmp_path / "rough") == _trajectories(tmp_path / "calm")
+    assert all(r["status"] == "completed" for r in _rows(tmp_path / "rough" / "records.jsonl"))
+
+
+def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_batch(
+    tmp_path: Path, index_root: Path, sample_index: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    with OfflineProvider(_served(BatchConfig(completion_seconds=5))) as provider:
+        config = _config(tmp_path, index_root, provider.base_url, "batch", "killed")
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "piserini_ray.cli", "run", "--engine", "local",
+             "--config", str(config), "--run-dir", str(run_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        ledger = run_dir / "agent_batches.jsonl"
+        try:
+            deadline = time.monotonic() + 300  # liveness only: the ledger line is the event
+            while not (ledger.exists() and ledger.read_bytes().strip()):
+                assert driver.poll() is None, driver.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the driver never sent its first batch"
+                time.sleep(0.05)
+            os.kill(driver.pid, signal.SIGKILL)
+        finally:
+            driver.wait(30)
+        assert not _rows(run_dir / "records.jsonl")
+        assert _run("resume", str(run_dir)) == 0
+        sent = _batched_ids(provider)
+    assert len(sent) == len(set(sent))  # no turn in two batches: the first one was polled
+    records = _rows(run_dir / "records.jsonl")
+    assert len(records) == QUERIES == len({r["query_id"] for r in records})
+    assert all(r["status"] == "completed" for r in records)
+
+
+def test_batch_on_the_ray_engine_or_with_a_clock_is_a_config_error(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "model: {name: gpt-5, service_tier: batch, api_key_env: HOME}\n"
+        "agent: {termination: iterations}\n"
+    )
+    assert main(["run", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "batch runs on the local engine (--engine local)" in capsys.readouterr().err
+    config.write_text("model: {name: gpt-5, service_tier: batch, api_key_env: HOME}\n")
+    assert main(["run", "--engine", "local", "--config", str(config)]) == 2
+    assert "agent.termination: iterations" in capsys.readouterr().err
