@@ -1,5 +1,7 @@
-"""Batched agent turns (issue 22): with `model.service_tier: batch` the agent loop is unchanged
-and every turn travels as a line of a provider batch (OpenAI's Batch API, the offline
+"""Batched agent turns (issue 22) on the local engine (on Ray:
+`tests/runtime/test_scheduler.py::test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier`):
+with `model.service_tier: batch` the agent loop is unchanged and every turn travels as a line
+of a provider batch (OpenAI's Batch API, the offline
 provider's emulator, through litellm's files and batches calls). The same queries give the same
 trajectories as at the standard tier, at half the bill; errored and expired turns go into the
 next batch; a driver killed while a batch is in flight resumes by polling that batch, and no
@@ -143,14 +145,16 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
     assert all(r["status"] == "completed" for r in records)
 
 
-def test_batch_on_the_ray_engine_or_with_a_clock_is_a_config_error(tmp_path: Path, capsys) -> None:
+def test_batch_with_a_clock_or_on_a_route_without_batches_is_a_config_error(
+    tmp_path: Path, capsys
+) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text(
-        "model: {name: gpt-5, service_tier: batch, api_key_env: HOME}\n"
-        "agent: {termination: iterations}\n"
-    )
-    assert main(["run", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 2
-    assert "batch runs on the local engine (--engine local)" in capsys.readouterr().err
     config.write_text("model: {name: gpt-5, service_tier: batch, api_key_env: HOME}\n")
     assert main(["run", "--engine", "local", "--config", str(config)]) == 2
     assert "agent.termination: iterations" in capsys.readouterr().err
+    config.write_text(
+        "model: {name: claude-haiku-4.5, service_tier: batch, api_key_env: HOME}\n"
+        "agent: {termination: iterations}\n"
+    )
+    assert main(["run", "--engine", "local", "--config", str(config)]) == 2
+    assert "litellm creates no other provider's batches" in capsys.readouterr().err

@@ -164,4 +164,4 @@ def test_an_anthropic_batch_judge_is_a_config_error(tmp_path: Path, capsys) -> N
     )
     assert main(["run", "--engine", "local", "--config", str(config),
                  "--run-dir", str(tmp_path / "r")]) == 2  # fmt: skip
-    assert "batch judges through OpenAI's Batch API" in capsys.readouterr().err
+    assert "litellm creates no other provider's batches" in capsys.readouterr().err

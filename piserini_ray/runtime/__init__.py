@@ -17,7 +17,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from piserini_ray.endpoints import ModelEndpoints
-from piserini_ray.errors import ConfigError
 
 if TYPE_CHECKING:
     from piserini_ray.config import RunConfig
@@ -56,12 +55,6 @@ class RayEngine:
         self.release_ray = release_ray
 
     def start(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
-        if any(c.model.service_tier == "batch" for c in configs):
-            raise ConfigError(
-                "model.service_tier: batch runs on the local engine (--engine local): its "
-                "loops wait on the provider's batch, not on CPUs, and the Ray engine's "
-                "cluster-wide batcher is not built yet"
-            )
         if self._bring_up is not None:
             return
         from piserini_ray.runtime.ray_env import start_ray_async

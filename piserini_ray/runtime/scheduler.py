@@ -36,10 +36,12 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engine import PreparedRun
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
+from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.retrieval.index import find_index
+from piserini_ray.runtime.batcher_actor import start_batcher
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.gateway import Gateways
 from piserini_ray.runtime.identity import code_identity
@@ -315,9 +317,11 @@ def run_prepared(
         dispatcher = Dispatcher(todo, bases, replicas, gateways, log)
         try:
             dispatcher.check_models_on_every_node()
+            dispatcher.start_batchers()
             dispatcher.run()
         finally:
             gateways.close()
+            dispatcher.stop_batchers()
     finally:
         if replicas is not None:
             replicas.close()
@@ -356,6 +360,29 @@ class Dispatcher:
         self.progress = Progress(len(self.queue))
         self._asked_limiters = 0.0
         self._handed: dict[str, dict[str, SecretStr]] = {}
+        #: Each batch-tier run's batcher actor, by run directory.
+        self.batchers: dict[str, Any] = {}
+
+    def start_batchers(self) -> None:
+        """A batcher actor on this node for each run whose model is at the batch tier: every
+        replica hands it its queries' turns, so one batch holds the turns of the whole run."""
+        for plan in self.runs:
+            if plan.config.model.service_tier != "batch":
+                continue
+            name = f"{self.replicas.prefix}-batcher-{plan.store.config_hash[:12]}"
+            base = self.bases[str(plan.run_dir)]
+            # The key the run's clients send (the driver's, or none for a loopback endpoint).
+            key = LLMClient(plan.config.model, api_base=base, keys=self._keys(plan)).api_key()
+            secret = SecretStr(key) if key else None
+            self.batchers[str(plan.run_dir)] = (
+                name,
+                start_batcher(name, plan.config, plan.run_dir, base, secret),
+            )
+            self.log(f"{plan.run_dir}: model turns go out in batches (batcher {name})")
+
+    def stop_batchers(self) -> None:
+        for _name, actor in self.batchers.values():
+            ray.kill(actor)
 
     def run(self) -> None:
         try:
@@ -415,6 +442,9 @@ class Dispatcher:
             limiter_prefix=self.replicas.prefix,
             keys=self._keys(plan),
             seed=config.run.request_seed(),
+            batcher=self.batchers[str(plan.run_dir)][0]
+            if str(plan.run_dir) in self.batchers
+            else None,
         )
 
     def _keys(self, plan: PreparedRun) -> dict[str, SecretStr]:

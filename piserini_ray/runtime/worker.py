@@ -32,6 +32,7 @@ from piserini_ray.llm.clients import build_client
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
+from piserini_ray.runtime.batcher_actor import RayBatcher
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
@@ -57,6 +58,8 @@ class QueryJob(BaseModel):
     keys: dict[str, SecretStr] = {}
     #: The epoch's `seed` request parameter (`EpochsConfig.request_seed`).
     seed: int | None = None
+    #: The name of the run's batcher actor (`model.service_tier: batch`).
+    batcher: str | None = None
 
 
 @ray.remote
@@ -127,7 +130,16 @@ class SearchWorker:
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
         handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(job.keys.items())]
-        key = "|".join([*settings, str(job.api_base), job.limiter_prefix, str(job.seed), *handed])
+        key = "|".join(
+            [
+                *settings,
+                str(job.api_base),
+                job.limiter_prefix,
+                str(job.seed),
+                str(job.batcher),
+                *handed,
+            ]
+        )
         if key not in self._clients:
             self._clients[key] = build_client(
                 job.model,
@@ -138,6 +150,8 @@ class SearchWorker:
                 keys=job.keys,
                 seed=job.seed,
             )
+            if job.batcher is not None:
+                self._clients[key].batcher = RayBatcher(job.batcher)
         return self._clients[key]
 
     async def _run_tool(self, session: ToolSession, name: str, arguments: str) -> ToolResult:

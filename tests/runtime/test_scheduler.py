@@ -370,3 +370,51 @@ def test_tune_bm25_puts_every_backend_floor_beside_the_best_cell(
     chosen = max(best, key=lambda c: c["metrics"]["evidence_recall@1000"])
     row = next(line for line in table.splitlines() if "evidence_recall@1000" in line).split()
     assert row[1] == f"{100 * chosen['metrics']['evidence_recall@1000']:.2f}%"
+
+
+def test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier(
+    sample_index, index_root, tmp_path
+) -> None:
+    """`model.service_tier: batch` on Ray: the replicas hand every turn to the run's batcher
+    actor on the driver's node, whose first batch holds the first turn of every query; the
+    trajectories are those of the standard tier (run locally), at half the cost."""
+    from piserini_ray.config.offline import BatchConfig
+    from piserini_ray.pipeline import run_local
+
+    served = OfflineConfig(
+        model_aliases={"gpt-5": "offline/heuristic"}, batch=BatchConfig(completion_seconds=0.1)
+    )
+    trajectories, costs = {}, {}
+    for tier in ("standard", "batch"):
+        with OfflineProvider(served) as provider:
+            config = _config(
+                index_root,
+                **{
+                    "slice.sample": 4,
+                    "slice.seed": 2,
+                    "model": {"name": "gpt-5", "litellm_model": "openai/gpt-5",
+                              "api_base": provider.base_url, "service_tier": tier},
+                    "agent": {"termination": "iterations", "max_iterations": 12},
+                    "runtime.batch": {"gather_seconds": 0.5, "poll_seconds": 0.05},
+                },
+            )  # fmt: skip
+            run_dir = tmp_path / tier
+            if tier == "batch":
+                (summary,) = run_on_ray([(config, run_dir)], lambda _m: None)
+                batched = [r for r in provider.requests if r.batch_id is not None]
+            else:
+                summary = run_local(config, run_dir, log=lambda _m: None)
+        assert summary.statuses == {"completed": 4}
+        costs[tier] = summary.cost_usd
+        rows = [orjson.loads(x) for x in (run_dir / "records.jsonl").read_bytes().splitlines()]
+        trajectories[tier] = {
+            r["query_id"]: [[c["arguments"] for c in t["tool_calls"]] for t in r["trajectory"]]
+            + [r["final_answer"]]
+            for r in rows
+        }
+    assert trajectories["batch"] == trajectories["standard"]
+    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], rel=1e-3)
+    first = min(batched, key=lambda r: r.seq).batch_id
+    assert sum(1 for r in batched if r.batch_id == first) == 4  # every query's first turn
+    ledger = (tmp_path / "batch" / "agent_batches.jsonl").read_bytes().splitlines()
+    assert any(b'"closed"' in line for line in ledger)
