@@ -1,8 +1,9 @@
 """Which API base serves a model: the one owner of that question for both engines, the judge,
 `ask` and the model check.
 
-A model with an `api_base` is served there. An offline model without one is served by the
-loopback offline provider of the run's `offline` settings, started here on first use (one per
+A model with an `api_base` is served there. An offline model without one (or a provider's model
+name in `offline.model_aliases`: `OfflineConfig.serves`) is served by the loopback offline
+provider of the run's `offline` settings, started here on first use (one per
 distinct settings, so runs and judges that share them share its quotas and its bill) and
 stopped when the endpoints close.
 """
@@ -25,7 +26,7 @@ class ModelEndpoints:
         self._lock = threading.Lock()  # the Ray engine asks from its bring-up thread too
 
     def api_base(self, model: ModelConfig, offline: OfflineConfig) -> str | None:
-        if not (model.is_offline and model.api_base is None):
+        if not offline.serves(model):
             return model.api_base
         key = offline.model_dump_json()
         with self._lock:

@@ -210,8 +210,23 @@ async def judge_in_batches(
     again, never pays twice. A request that errored or expired goes into the next batch (up to
     `retry.max_attempts` batches), a reply that does not parse too (up to
     `judge.max_parse_retries` more); what is left is `judge_failed`, never scored wrong."""
-    model = client.model
     api = OpenAIBatches(client.api_base, client.api_key())
+    try:
+        await _judge_in_batches(config, store, todo, queries, client, api, log)
+    finally:
+        await api.close()
+
+
+async def _judge_in_batches(
+    config: RunConfig,
+    store: RunStore,
+    todo: list[QueryRecord],
+    queries: dict[str, Query],
+    client: LLMClient,
+    api: OpenAIBatches,
+    log: Callable[[str], None],
+) -> None:
+    model = client.model
     batch = _BatchJudging(config, store, queries, api, log)
     for record in todo:
         if record.status != "completed" or not record.final_answer:  # wrong by rule, no call

@@ -95,7 +95,11 @@ async def _run_all(
             run.complete(record, progress)
             progress.show()
 
-    await asyncio.gather(*(one(q) for q in run.todo))
+    try:
+        await asyncio.gather(*(one(q) for q in run.todo))
+    finally:
+        if isinstance(client.batcher, TurnBatcher):
+            await client.batcher.close()
     progress.close()
 
 

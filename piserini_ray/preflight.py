@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from piserini_ray.config import ModelConfig, RunConfig
+from piserini_ray.config import ModelConfig, OfflineConfig, RunConfig
 from piserini_ray.errors import ConfigError
 from piserini_ray.metrics.cost import PricingTable, pricing_for
 
@@ -30,7 +30,7 @@ def preflight_runs(configs: Sequence[RunConfig]) -> list[PricingTable]:
 def preflight(config: RunConfig, pricing: PricingTable | None = None) -> None:
     pricing = pricing or pricing_for(config)
     _check_priced("model", config.model, pricing)
-    _check_key("model", config.model)
+    _check_key("model", config.model, config.offline)
     preflight_judge(config, pricing)
     for field in ("queries", "corpus", "qrels_evidence", "qrels_gold"):
         path = getattr(config.benchmark, field)
@@ -45,7 +45,7 @@ def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> N
     pricing = pricing or pricing_for(config)
     for model in config.judge.models or [config.judge_model()]:
         _check_priced("judge.model", model, pricing)
-        _check_key("judge.model", model)
+        _check_key("judge.model", model, config.offline)
 
 
 #: litellm's providers that sell each tier through the route the client calls.
@@ -94,13 +94,13 @@ def route_provider(model: ModelConfig) -> str:
         return "unknown"
 
 
-def _check_key(role: str, model: ModelConfig) -> None:
+def _check_key(role: str, model: ModelConfig, offline: OfflineConfig) -> None:
     if model.api_key_env is not None and not os.environ.get(model.api_key_env):
         raise ConfigError(
             f"{role}.api_key_env names {model.api_key_env}, which is not set in the environment: "
             f"export {model.api_key_env}=... (the key is read from there, never from files)"
         )
-    if model.api_key_env is None and not model.is_offline and model.api_base is None:
+    if model.api_key_env is None and model.api_base is None and not offline.serves(model):
         import litellm
 
         check = litellm.validate_environment(model=model.resolved_litellm_model())

@@ -48,3 +48,33 @@ def test_the_paper_models_have_their_routes_keys_and_prices(
     assert reference is not None and "gpt-5.yaml" in reference.name
     one = load_config(None, {"model": str(CONFIGS / "models" / "claude-haiku-4.5.yaml")})
     assert one.model.litellm_model == "anthropic/claude-haiku-4-5"
+
+
+def test_the_batch_configs_are_valid_and_priced_at_the_batch_tier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`configs/models/batch/` (the paper's OpenAI models at the batch tier) and
+    `configs/batch_offline.yaml` (the sample at the batch tier, rehearsed on the offline
+    provider under real names and prices) pass preflight; the rehearsal's standard twin
+    differs only in the tier."""
+    from piserini_ray.metrics.cost import load_pricing
+    from piserini_ray.preflight import preflight
+
+    monkeypatch.setenv("OPENAI_API_KEY", "set-for-the-test")
+    table = load_pricing()
+    for path in sorted((CONFIGS / "models" / "batch").glob("*.yaml")):
+        config = load_config(None, {"model": str(path), "agent": {"termination": "iterations"}})
+        assert config.model.service_tier == "batch"
+        assert table.model_price(config.model) == table.price(config.model.name, "batch")
+        preflight(config)
+    rehearsal = load_config(CONFIGS / "batch_offline.yaml")
+    assert rehearsal.offline.serves(rehearsal.model)
+    assert rehearsal.offline.serves(rehearsal.judge_model())
+    preflight(rehearsal)  # no key needed: the run's offline provider serves both
+    standard = load_config(
+        CONFIGS / "batch_offline.yaml",
+        {"model.service_tier": "standard", "judge.model.service_tier": "standard"},
+    )
+    preflight(standard)
+    price, batch = table.model_price(standard.model), table.model_price(rehearsal.model)
+    assert price is not None and batch is not None and batch.input == 0.5 * price.input

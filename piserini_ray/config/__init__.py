@@ -764,7 +764,7 @@ class RunConfig(StrictModel):
         provider serves the model (how hosted runs were named before identity was an
         allow-list)."""
         data = identity_data(self)
-        served_offline = self.model.is_offline and self.model.api_base is None
+        served_offline = self.offline.serves(self.model)
         if not (served_offline or with_offline):
             data.pop("offline")  # no run-started offline provider serves this model
         for section, key in _DATA_KEYS:

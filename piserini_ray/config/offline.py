@@ -6,7 +6,7 @@ in a rehearsal config fails instead of silently disabling a fault.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -143,6 +143,12 @@ class OfflineConfig(_Strict):
     model_aliases: dict[str, str] = Field(default_factory=dict)
     #: The batch emulators (`/v1/batches`, `/v1/messages/batches`).
     batch: BatchConfig = BatchConfig()
+
+    def serves(self, model: Any) -> bool:
+        """Whether the run-started provider of these settings serves `model` (a ModelConfig):
+        an offline model, or a provider's model name listed in `model_aliases` (a rehearsal
+        under real names and prices), either without an `api_base` of its own."""
+        return model.api_base is None and (model.is_offline or model.name in self.model_aliases)
 
 
 ScriptedKind = Literal[

@@ -99,6 +99,14 @@ class TurnBatcher:
         self._polls: dict[str, asyncio.Task[None]] = {}
         self.batches_sent = 0
 
+    async def close(self) -> None:
+        """Stop polling (a batch still in flight stays in the ledger: the next run polls it)
+        and close the HTTP clients of this event loop."""
+        for task in [self._round, *self._polls.values()]:
+            if task is not None:
+                task.cancel()
+        await self.api.close()
+
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         rid = request_id(body)
         if rid in self.ledger.replies:  # finished before the driver was stopped

@@ -108,6 +108,15 @@ class OpenAIBatches:
         if api_key:
             self._auth["api_key"] = api_key
 
+    async def close(self) -> None:
+        """Close litellm's cached HTTP clients while their event loop still runs (litellm
+        would close them later on a closed loop, with a traceback per client), and let the
+        next loop make its own."""
+        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+        await close_litellm_async_clients()
+        litellm.in_memory_llm_clients_cache.flush_cache()
+
     async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
         """Upload the requests and create their batch; its id."""
         data = b"".join(_line(r) + b"\n" for r in requests)

@@ -283,7 +283,7 @@ def quota_key(model: ModelConfig, offline: OfflineConfig) -> str:
     """Who counts a model's quota: the account (the key variable's name, else the endpoint,
     else the provider's default key) and the model. Two runs, or a run and its judge, that
     share a key share its quota, so they share one limiter."""
-    if model.is_offline and model.api_base is None:  # the loopback provider of these settings
+    if offline.serves(model):  # the loopback provider of these settings
         digest = hashlib.sha256(offline.model_dump_json().encode()).hexdigest()[:12]
         account = f"offline-{digest}"
     else:
