@@ -551,7 +551,7 @@ def run_and_report(
     """The main job: execute the runs, hand each summary to `on_summary` (before judging,
     which takes a while), judge them on the same engine and report. Returns the report and the
     job's exit status (the worst of its runs': `RunSummary.exit_status`)."""
-    named = [(config, run_dir or default_run_dir(config)) for config, run_dir in runs]
+    named = [(config, (run_dir or default_run_dir(config)).absolute()) for config, run_dir in runs]
     with _closing(engine):
         summaries = execute(with_epochs(named), engine, log, retry_failed=retry_failed)
         for summary in summaries:
