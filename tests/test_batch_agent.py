@@ -115,6 +115,7 @@ def test_errored_and_expired_turns_go_into_the_next_batch(
     assert all(r["status"] == "completed" for r in _rows(tmp_path / "rough" / "records.jsonl"))
 
 
+@pytest.mark.slow  # a driver process started, killed and resumed
 def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_batch(
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:

@@ -122,6 +122,7 @@ def test_errored_and_expired_requests_go_into_the_next_batch_never_scored_wrong(
     assert len({r.batch_id for r in requests}) == len(batches)
 
 
+@pytest.mark.slow  # a driver process started, killed and resumed
 def test_a_driver_killed_while_its_batch_is_in_flight_resumes_polling_that_batch(
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:
