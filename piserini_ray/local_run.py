@@ -17,7 +17,7 @@ from piserini_ray.endpoints import ModelEndpoints
 from piserini_ray.engine import Log, PreparedRun
 from piserini_ray.errors import ProviderRefused
 from piserini_ray.judge import judge_records
-from piserini_ray.llm.batcher import BatchLedger, TurnBatcher
+from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import OpenAIBatches
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.clients import build_client
@@ -25,7 +25,7 @@ from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
-from piserini_ray.store import RunStore
+from piserini_ray.store import RunStore, TurnLedger
 from piserini_ray.tools import ToolSession, tool_schemas
 
 
@@ -51,7 +51,7 @@ def turn_batcher(run: PreparedRun, client: LLMClient, log: Log) -> TurnBatcher:
     settings = run.config.runtime.batch
     return TurnBatcher(
         OpenAIBatches(client.api_base, client.api_key()),
-        BatchLedger(run.run_dir / "agent_batches.jsonl"),
+        TurnLedger(run.run_dir / "agent_batches.jsonl", log),
         gather_seconds=settings.gather_seconds,
         poll_seconds=settings.poll_seconds,
         max_rounds=run.config.retry.max_attempts,

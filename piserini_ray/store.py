@@ -9,7 +9,7 @@ A run directory holds:
   just before the query's record, so they always sit in the run directory of the driver;
 - `batches.jsonl`: provider batches of the judge (`judge.model.service_tier: batch`), each
   written when created and closed when its results are in, so a batch is polled, never paid
-  twice.
+  twice; `agent_batches.jsonl` likewise for the agent's turns, with each reply (`TurnLedger`).
 
 Every JSONL goes through one `JsonlFile`: an append is one line, flushed and fsync'd before it
 returns; opening a file repairs a torn tail (a crash mid-write) by reporting and cutting it off,
@@ -182,6 +182,37 @@ def manifest_config(run_dir: Path) -> RunConfig:
     if not path.exists():
         raise ConfigError(f"{run_dir} is not a run directory (no manifest.json)")
     return RunConfig.model_validate(RunManifest.model_validate_json(path.read_bytes()).config)
+
+
+class TurnLedger:
+    """`agent_batches.jsonl`: the batches of a run's agent turns (`llm/batcher.py`), each when
+    created, and each reply when read, appended crash-safe like every file of the run: a
+    driver killed mid-batch polls the batch again, and a turn it paid for is never asked
+    twice."""
+
+    def __init__(self, path: Path, log: Log = None) -> None:
+        self._file = JsonlFile(path, log or (lambda message: print(message, file=sys.stderr)))
+        self.replies: dict[str, dict[str, Any]] = {}
+        self.open: dict[str, list[str]] = {}
+        for row in self._file.iter():
+            if "reply" in row:
+                self.replies[row["id"]] = row["reply"]
+            elif "closed" in row:
+                self.open.pop(row["closed"], None)
+            else:
+                self.open[row["batch_id"]] = list(row["ids"])
+
+    def created(self, batch_id: str, ids: list[str]) -> None:
+        self._file.append({"batch_id": batch_id, "ids": ids})
+        self.open[batch_id] = ids
+
+    def replied(self, rid: str, reply: dict[str, Any]) -> None:
+        self._file.append({"id": rid, "reply": reply})
+        self.replies[rid] = reply
+
+    def closed(self, batch_id: str) -> None:
+        self._file.append({"closed": batch_id})
+        self.open.pop(batch_id, None)
 
 
 class RunStore:

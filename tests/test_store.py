@@ -337,3 +337,24 @@ def test_a_run_holding_nothing_takes_the_changed_data(tmp_path: Path) -> None:
     with RunStore(tmp_path / "run", config) as store:
         assert store.config_hash != first and store.config_hash == config.config_hash()
         assert store.manifest.data == config.data_keys()
+
+
+def test_the_turn_ledger_reopens_whole_after_a_torn_tail(tmp_path: Path) -> None:
+    """The batches of a run's agent turns survive a kill mid-write: what was appended whole is
+    read back (open batches, replies), a torn last line is cut off, and the next append is a
+    line of its own."""
+    from piserini_ray.store import TurnLedger
+
+    path = tmp_path / "agent_batches.jsonl"
+    ledger = TurnLedger(path)
+    ledger.created("b1", ["r1", "r2"])
+    ledger.replied("r1", {"choices": [{"message": {"content": "x"}}]})
+    ledger.created("b2", ["r3"])
+    ledger.closed("b2")
+    with open(path, "ab") as f:
+        f.write(b'{"id": "r2", "reply": {"choi')  # killed mid-write
+    again = TurnLedger(path, log=lambda _m: None)
+    assert again.open == {"b1": ["r1", "r2"]}
+    assert set(again.replies) == {"r1"}
+    again.replied("r2", {"choices": []})
+    assert set(TurnLedger(path).replies) == {"r1", "r2"}

@@ -6,11 +6,11 @@ awaits the reply. The batcher waits `gather_seconds` after the first request of 
 other queries' turns arrive meanwhile), sends them as one batch, polls it, and hands each
 request its reply. A request that errored or expired goes into the next round.
 
-Each request is named by the SHA-256 of its body. The ledger (a JSONL file on the driver's disk)
-holds every batch when it is created and every reply when it is read: a driver killed while a
-batch is in flight resumes by polling that batch, and a query run again after the kill finds
-each turn it finished before in the ledger (the agent is deterministic given its replies, so
-it sends the same bodies) instead of paying for it twice.
+Each request is named by the SHA-256 of its body. The ledger (`store.TurnLedger`, a JSONL
+file in the run directory) holds every batch when it is created and every reply when it is
+read: a driver killed while a batch is in flight resumes by polling that batch, and a query run
+again after the kill finds each turn it finished before in the ledger (the agent is
+deterministic given its replies, so it sends the same bodies) instead of paying for it twice.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -34,43 +33,20 @@ def request_id(body: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:40]
 
 
-class BatchLedger:
-    """`batches/<model>.jsonl`: batches created (id, request names) and replies read."""
+class Ledger(Protocol):
+    """Where a batcher keeps its batches and replies across a driver's restarts (the store's
+    `TurnLedger`: a crash-safe JSONL file in the run directory)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.replies: dict[str, dict[str, Any]] = {}
-        self.open: dict[str, list[str]] = {}
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                try:
-                    row = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue  # a torn last line: what it held is asked again
-                if "reply" in row:
-                    self.replies[row["id"]] = row["reply"]
-                elif "closed" in row:
-                    self.open.pop(row["closed"], None)
-                else:
-                    self.open[row["batch_id"]] = row["ids"]
+    #: Replies read so far, by request name.
+    replies: dict[str, dict[str, Any]]
+    #: Batches created and not closed: batch id -> its request names.
+    open: dict[str, list[str]]
 
-    def _append(self, row: dict[str, Any]) -> None:
-        with open(self.path, "ab") as f:
-            f.write(orjson.dumps(row) + b"\n")
-            f.flush()
+    def created(self, batch_id: str, ids: list[str]) -> None: ...
 
-    def created(self, batch_id: str, ids: list[str]) -> None:
-        self.open[batch_id] = ids
-        self._append({"batch_id": batch_id, "ids": ids})
+    def replied(self, rid: str, reply: dict[str, Any]) -> None: ...
 
-    def replied(self, rid: str, reply: dict[str, Any]) -> None:
-        self.replies[rid] = reply
-        self._append({"id": rid, "reply": reply})
-
-    def closed(self, batch_id: str) -> None:
-        self.open.pop(batch_id, None)
-        self._append({"closed": batch_id})
+    def closed(self, batch_id: str) -> None: ...
 
 
 class TurnBatcher:
@@ -79,7 +55,7 @@ class TurnBatcher:
     def __init__(
         self,
         api: OpenAIBatches,
-        ledger: BatchLedger,
+        ledger: Ledger,
         gather_seconds: float,
         poll_seconds: float,
         max_rounds: int,

@@ -13,8 +13,9 @@ from pydantic import SecretStr
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import RunConfig
-from piserini_ray.llm.batcher import BatchLedger, TurnBatcher
+from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import OpenAIBatches
+from piserini_ray.store import TurnLedger
 
 #: Turns one batcher holds at once: every query in flight on every replica waits in it.
 MAX_WAITING = 100_000
@@ -33,7 +34,7 @@ class BatcherActor:
     ) -> None:
         api = OpenAIBatches(api_base, key.get_secret_value() if key is not None else None)
         self._batcher = TurnBatcher(
-            api, BatchLedger(Path(ledger)), gather_seconds, poll_seconds, max_rounds, print
+            api, TurnLedger(Path(ledger)), gather_seconds, poll_seconds, max_rounds, print
         )
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
