@@ -62,6 +62,8 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
         )
     if tier == "standard":
         return
+    from piserini_ray.llm.client import route_provider  # litellm: only when a tier asks
+
     provider = route_provider(model)
     if provider not in TIER_PROVIDERS[tier]:
         sellers = " and ".join(TIER_PROVIDERS[tier])
@@ -81,17 +83,6 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
             f"`tiers: {{{tier}: <share of the standard prices>}}` to its entry (0.5 for "
             "OpenAI's and Anthropic's published batch and flex prices)"
         )
-
-
-def route_provider(model: ModelConfig) -> str:
-    """litellm's provider of the model's route (`openai`, `anthropic`, ...); an offline model
-    goes through the OpenAI route to the loopback provider."""
-    import litellm
-
-    try:
-        return str(litellm.get_llm_provider(model.resolved_litellm_model())[1])
-    except Exception:
-        return "unknown"
 
 
 def _check_key(role: str, model: ModelConfig, offline: OfflineConfig) -> None:

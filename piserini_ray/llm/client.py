@@ -48,6 +48,16 @@ from piserini_ray.records import Usage
 litellm.suppress_debug_info = True
 
 
+def route_provider(model: ModelConfig) -> str:
+    """litellm's provider of the model's route (`openai`, `anthropic`, `deepseek`, ...); an
+    offline model goes through the OpenAI route to the loopback provider; "unknown" for a
+    route litellm does not know (its own call then says what is wrong)."""
+    try:
+        return str(litellm.get_llm_provider(model.resolved_litellm_model())[1])
+    except Exception:
+        return "unknown"
+
+
 class Batcher(Protocol):
     """Where a model at `service_tier: batch` sends each call (`llm/batcher.TurnBatcher`)."""
 
@@ -280,12 +290,8 @@ class LLMClient:
 
     @functools.cached_property
     def provider(self) -> str:
-        """litellm's provider of the route (`openai`, `anthropic`, `deepseek`, ...), resolved
-        once: every call of a client asks."""
-        try:
-            return str(litellm.get_llm_provider(self.model.resolved_litellm_model())[1])
-        except Exception:  # an unknown route: litellm says so on the first call
-            return "unknown"
+        """`route_provider` of the client's model, resolved once: every call asks."""
+        return route_provider(self.model)
 
     async def complete(
         self,
