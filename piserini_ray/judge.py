@@ -284,15 +284,11 @@ class _BatchJudging:
 
     async def collect(self, batch_id: str, ids: dict[str, str]) -> None:
         """Wait for the batch to end, then write a verdict for each request that has one."""
-        state = await self.api.poll(batch_id)
-        shown = ""
-        while not state.done:
-            if state.status != shown:
-                self.log(f"batch {batch_id}: {state.status}")
-                shown = state.status
-            await asyncio.sleep(self.config.judge.batch_poll_seconds)
-            state = await self.api.poll(batch_id)
-        self.log(f"batch {batch_id}: {state.status}")
+        state = await self.api.wait(
+            batch_id,
+            self.config.judge.batch_poll_seconds,
+            lambda status: self.log(f"batch {batch_id}: {status}"),
+        )
         results = await self.api.results(state)
         answered = {r.custom_id for r in results}
         for custom_id, query_id in ids.items():

@@ -481,12 +481,27 @@ def report_epochs(config: RunConfig, run_dir: Path, log: Log) -> EpochsReport:
     from piserini_ray.metrics.epochs import epoch_stats
     from piserini_ray.report.epochs import EpochsReport, write_epochs_report
 
-    outcomes, dirs = [], []
+    benchmark = load_benchmark(config.benchmark)
+    wanted = {q.query_id for q in benchmark.select(**config.slice.model_dump())}
+    outcomes: list[dict[str, bool]] = []
+    dirs = []
     for epoch in range(1, config.run.epochs + 1):
         folder = epoch_dir(run_dir, epoch)
-        facts = run_facts(folder, log).facts if (folder / "manifest.json").exists() else []
-        outcomes.append({f.query_id: f.verdict == "judged" and bool(f.correct) for f in facts})
         dirs.append(str(folder))
+        if not (folder / "manifest.json").exists():
+            outcomes.append({})
+            continue
+        # The verdicts and which queries have a record: no record or ranking is read.
+        with RunStore(folder, config.for_epoch(epoch), log=log) as store:
+            verdicts = _verdicts(config, store)[0]
+            outcomes.append(
+                {
+                    q: q in verdicts
+                    and verdicts[q].status == "judged"
+                    and bool(verdicts[q].correct)
+                    for q in store.done() & wanted
+                }
+            )
     report = EpochsReport(
         run_dir=str(run_dir),
         model=config.model.name,

@@ -128,10 +128,7 @@ class TurnBatcher:
 
     async def _collect(self, batch_id: str) -> None:
         try:
-            state = await self.api.poll(batch_id)
-            while not state.done:
-                await asyncio.sleep(self.poll_seconds)
-                state = await self.api.poll(batch_id)
+            state = await self.api.wait(batch_id, self.poll_seconds, lambda _status: None)
             results = {r.custom_id: r for r in await self.api.results(state)}
         except Exception as error:  # every waiter of the batch hears why
             for rid in self.ledger.open.get(batch_id, []):

@@ -9,8 +9,9 @@ provider's limits (50,000 requests, 200 MB a file).
 
 from __future__ import annotations
 
+import asyncio
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import litellm
@@ -131,6 +132,22 @@ class OpenAIBatches:
             **self._auth,
         )
         return str(batch.id)
+
+    async def wait(
+        self, batch_id: str, poll_seconds: float, on_status: Callable[[str], None]
+    ) -> BatchState:
+        """Poll the batch every `poll_seconds` until it ends; `on_status` hears each status
+        it passes through (the last one included)."""
+        state = await self.poll(batch_id)
+        shown = None
+        while True:
+            if state.status != shown:
+                on_status(state.status)
+                shown = state.status
+            if state.done:
+                return state
+            await asyncio.sleep(poll_seconds)
+            state = await self.poll(batch_id)
 
     async def poll(self, batch_id: str) -> BatchState:
         batch = await litellm.aretrieve_batch(batch_id=batch_id, **self._auth)
