@@ -491,17 +491,12 @@ def report_epochs(config: RunConfig, run_dir: Path, log: Log) -> EpochsReport:
         if not (folder / "manifest.json").exists():
             outcomes.append({})
             continue
-        # The verdicts and which queries have a record: no record or ranking is read.
+        # The verdicts and which queries have a record (the store knows at open): no facts,
+        # no rankings.
         with RunStore(folder, config.for_epoch(epoch), log=log) as store:
             verdicts = _verdicts(config, store)[0]
-            outcomes.append(
-                {
-                    q: q in verdicts
-                    and verdicts[q].status == "judged"
-                    and bool(verdicts[q].correct)
-                    for q in store.done() & wanted
-                }
-            )
+            judged = {q: bool(j.correct) for q, j in verdicts.items() if j.status == "judged"}
+            outcomes.append({q: judged.get(q, False) for q in store.done() & wanted})
     report = EpochsReport(
         run_dir=str(run_dir),
         model=config.model.name,
