@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from piserini_ray.data.loaders import sample_dir
+from piserini_ray.records import Usage
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 
@@ -76,3 +77,16 @@ def cycled_queries(count: int, prefix: str, with_source: bool = False) -> Iterat
         source = sample[i % len(sample)]
         query = dict(source, query_id=f"{prefix}{i:04d}")
         yield (query, source["query_id"]) if with_source else query
+
+
+def bill_usage(line: Any) -> Usage:
+    """The offline provider's usage of a request or a bill line (`prompt_tokens`, ...) as our
+    usage record, to price it with the run's table; a missing line bills nothing."""
+    if line is None:
+        return Usage()
+    return Usage(
+        input_tokens=line.prompt_tokens,
+        cached_tokens=line.cached_tokens,
+        cache_write_tokens=line.cache_write_tokens,
+        output_tokens=line.completion_tokens,
+    )

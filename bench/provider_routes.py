@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import orjson
-from _common import append_results, header
+from _common import append_results, bill_usage, header
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.config.offline import LatencyConfig
@@ -168,13 +168,7 @@ def cut_calls(queries: int, budget: float, latency: float) -> None:
 
 def _billed(provider: OfflineProvider, name: str) -> Usage:
     """The emulator's bill for `name`'s model at the standard tier, as our usage record."""
-    line = provider.bill[("standard", _wire_model(name))]
-    return Usage(
-        input_tokens=line.prompt_tokens,
-        cached_tokens=line.cached_tokens,
-        cache_write_tokens=line.cache_write_tokens,
-        output_tokens=line.completion_tokens,
-    )
+    return bill_usage(provider.bill[("standard", _wire_model(name))])
 
 
 def _wire_model(name: str) -> str:
@@ -185,14 +179,7 @@ def _wire_model(name: str) -> str:
 def _check_cost(provider: OfflineProvider, price: Price) -> float:
     """What the one-word model check cost on the emulator's bill."""
     return sum(
-        price.cost(
-            Usage(
-                input_tokens=r.usage.prompt_tokens,
-                cached_tokens=r.usage.cached_tokens,
-                cache_write_tokens=r.usage.cache_write_tokens,
-                output_tokens=r.usage.completion_tokens,
-            )
-        )
+        price.cost(bill_usage(r.usage))
         for r in provider.requests
         if r.usage is not None and _is_check(r.messages)
     )

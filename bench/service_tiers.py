@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import orjson
-from _common import append_results, header
+from _common import append_results, bill_usage, header
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.config.offline import BatchConfig
 from piserini_ray.metrics.cost import PricingTable, ServiceTier, load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.pipeline import finish, run_local
-from piserini_ray.records import Usage
 from piserini_ray.store import RunStore, manifest_config
 
 TIERS: tuple[ServiceTier, ...] = ("standard", "flex", "batch")
@@ -40,18 +39,6 @@ def _trajectories(run_dir: Path, config: RunConfig) -> dict[str, bytes]:
             )
             for r in store.records()
         }
-
-
-def _billed(provider: OfflineProvider, tier: str, model: str) -> tuple[Usage, int]:
-    line = provider.bill.get((tier, model))
-    if line is None:
-        return Usage(), 0
-    usage = Usage(
-        input_tokens=line.prompt_tokens,
-        cached_tokens=line.cached_tokens,
-        output_tokens=line.completion_tokens,
-    )
-    return usage, line.requests
 
 
 def main() -> None:
@@ -101,7 +88,7 @@ def main() -> None:
                 started = time.monotonic()
                 summary = run_local(config, run_dir, concurrency=4, log=lambda _m: None)
                 makespan = time.monotonic() - started
-                billed, _ = _billed(provider, tier, "gpt-5")
+                billed = bill_usage(provider.bill.get((tier, "gpt-5")))
                 batches = len({r.batch_id for r in provider.requests if r.batch_id})
             metrics = finish(config, run_dir, lambda _m: None)
             price = pricing.price("gpt-5", tier)
@@ -157,7 +144,7 @@ def _judges(run_dir: Path, args: argparse.Namespace, pricing: PricingTable) -> l
                 | {"judge": {"model": judge, "batch_poll_seconds": 0.2}}
             )
             metrics = finish(config, copy, lambda _m: None)
-            billed, _ = _billed(provider, tier, "gpt-5")
+            billed = bill_usage(provider.bill.get((tier, "gpt-5")))
             batches = len({r.batch_id for r in provider.requests if r.batch_id})
         with RunStore(copy, config) as store:
             verdicts[tier] = {q: bool(j.correct) for q, j in store.judgements("gpt-5").items()}
