@@ -13,10 +13,15 @@ anything imports pyserini's Java-backed modules. It handles three traps:
 - pyserini 1.6.0 builds an OpenAI client at import time of `pyserini.search.lucene` and raises
   without `OPENAI_API_KEY`. `import_lucene_searcher` sets a placeholder only for the import and
   restores the environment afterwards.
+- HotSpot takes SIGSEGV for its own use (safepoint polls, implicit null checks). Python's
+  `faulthandler`, if enabled before the JVM started, puts the default handler back when it is
+  disabled (pytest does so at the end of a session, Python at shutdown), and the JVM's next
+  SIGSEGV kills the process after all the work is done. `boot_jvm` turns it off first.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import os
 import sys
@@ -107,6 +112,8 @@ def boot_jvm(heap: str = "1g") -> None:
                 "already running with options we cannot check. Call boot_jvm() before importing "
                 "pyserini."
             )
+        # Off before the JVM installs its handler, so that no later disable can remove it.
+        faulthandler.disable()
         home = java_home()
         os.environ["JAVA_HOME"] = str(home)
         import jnius_config

@@ -87,3 +87,75 @@ def test_a_second_heap_in_one_process_is_refused(searcher: object) -> None:
     jvm.boot_jvm("1g")  # same heap: a no-op
     with pytest.raises(jvm.JvmError, match="already runs with -Xmx1g"):
         jvm.boot_jvm("2g")
+
+
+# Who handles SIGSEGV in this process: the shared object that holds the handler, read with
+# sigaction(2) and dladdr(3). HotSpot takes SIGSEGV for its own use (safepoint polls, implicit
+# null checks); if anything puts the default handler back, the JVM's next one kills the process.
+_SIGSEGV_OWNER = """
+import ctypes, signal
+
+class _Sigaction(ctypes.Structure):
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+def sigsegv_owner():
+    libc = ctypes.CDLL(None)
+    current = _Sigaction()
+    libc.sigaction(signal.SIGSEGV, None, ctypes.byref(current))
+    info = _DlInfo()
+    if current.handler and current.handler > 1 and libc.dladdr(
+        ctypes.c_void_p(current.handler), ctypes.byref(info)
+    ):
+        return info.fname.decode().rsplit("/", 1)[-1]
+    return "default"
+"""
+
+
+def test_faulthandler_turned_off_later_leaves_the_jvm_its_sigsegv_handler() -> None:
+    # The trap behind a suite that passed and then died with a segmentation fault at exit:
+    # faulthandler, enabled before the JVM started, puts back the default SIGSEGV handler when it
+    # is disabled (pytest does it at the end of a session, Python at shutdown).
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-c",
+            _SIGSEGV_OWNER + "from piserini_ray.retrieval.jvm import boot_jvm\n"
+            "import faulthandler\n"
+            "boot_jvm('256m'); print('booted:', sigsegv_owner())\n"
+            "faulthandler.disable(); print('after disable:', sigsegv_owner())\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["booted: libjvm.so", "after disable: libjvm.so"]
+
+
+def test_a_pytest_session_ends_with_the_jvm_handling_sigsegv(tmp_path: Path) -> None:
+    # The same trap through this project's pytest configuration: at exit, after the session is
+    # over, the JVM still owns SIGSEGV.
+    (tmp_path / "test_boot.py").write_text(
+        _SIGSEGV_OWNER + "import atexit\n"
+        "def test_boot():\n"
+        "    from piserini_ray.retrieval.jvm import boot_jvm\n"
+        "    boot_jvm('256m')\n"
+        "    atexit.register(lambda: print('at exit:', sigsegv_owner(), flush=True))\n"
+    )
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-c", str(pyproject)]
+        + ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_boot.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "at exit: libjvm.so" in out.stdout, out.stdout
