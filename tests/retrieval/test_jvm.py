@@ -150,9 +150,18 @@ def test_a_pytest_session_ends_with_the_jvm_handling_sigsegv(tmp_path: Path) -> 
         "    atexit.register(lambda: print('at exit:', sigsegv_owner(), flush=True))\n"
     )
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pytest_args = [
+        "-q",
+        "-s",
+        "-c",
+        str(pyproject),
+        "--rootdir",
+        str(tmp_path),
+        "-p",
+        "no:cacheprovider",
+    ]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-c", str(pyproject)]
-        + ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_boot.py")],
+        [sys.executable, "-m", "pytest", *pytest_args, str(tmp_path / "test_boot.py")],
         capture_output=True,
         text=True,
         timeout=300,
