@@ -35,7 +35,11 @@ class ModelEndpoints:
 
                 provider = self._stack.enter_context(OfflineProvider(offline))
                 self._started[key] = provider.base_url
-            return self._started[key]
+            base = self._started[key]
+        from piserini_ray.llm.client import route_provider  # litellm: only when served here
+
+        # litellm's Anthropic route adds `/v1/messages` to the host itself.
+        return base.removesuffix("/v1") if route_provider(model) == "anthropic" else base
 
     def close(self) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ import orjson
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
-from piserini_ray.llm.batches import BatchRequest, OpenAIBatches, chat_body, split
+from piserini_ray.llm.batches import BatchRequest, ProviderBatches, batches_for, chat_body, split
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.retry import RetryError
 from piserini_ray.records import Judgement, QueryRecord, Usage
@@ -210,7 +210,7 @@ async def judge_in_batches(
     again, never pays twice. A request that errored or expired goes into the next batch (up to
     `retry.max_attempts` batches), a reply that does not parse too (up to
     `judge.max_parse_retries` more); what is left is `judge_failed`, never scored wrong."""
-    api = OpenAIBatches(client.api_base, client.api_key())
+    api = batches_for(client.provider, client.api_base, client.api_key())
     try:
         await _judge_in_batches(config, store, todo, queries, client, api, log)
     finally:
@@ -223,7 +223,7 @@ async def _judge_in_batches(
     todo: list[QueryRecord],
     queries: dict[str, Query],
     client: LLMClient,
-    api: OpenAIBatches,
+    api: ProviderBatches,
     log: Callable[[str], None],
 ) -> None:
     model = client.model
@@ -272,7 +272,7 @@ class _BatchJudging:
         config: RunConfig,
         store: RunStore,
         queries: dict[str, Query],
-        api: OpenAIBatches,
+        api: ProviderBatches,
         log: Callable[[str], None],
     ) -> None:
         self.config, self.store, self.queries, self.api, self.log = config, store, queries, api, log

@@ -18,7 +18,7 @@ from piserini_ray.engine import Log, PreparedRun
 from piserini_ray.errors import ProviderRefused
 from piserini_ray.judge import judge_records
 from piserini_ray.llm.batcher import TurnBatcher
-from piserini_ray.llm.batches import OpenAIBatches
+from piserini_ray.llm.batches import batches_for
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.clients import build_client
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
@@ -50,7 +50,7 @@ def turn_batcher(run: PreparedRun, client: LLMClient, log: Log) -> TurnBatcher:
     so a killed driver polls the batches it sent and reuses the turns it paid for)."""
     settings = run.config.runtime.batch
     return TurnBatcher(
-        OpenAIBatches(client.api_base, client.api_key()),
+        batches_for(client.provider, client.api_base, client.api_key()),
         TurnLedger(run.run_dir / "agent_batches.jsonl", log),
         gather_seconds=settings.gather_seconds,
         poll_seconds=settings.poll_seconds,

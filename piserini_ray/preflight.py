@@ -49,7 +49,7 @@ def preflight_judge(config: RunConfig, pricing: PricingTable | None = None) -> N
 
 
 #: litellm's providers that sell each tier through the route the client calls.
-TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai",)}  # litellm creates no Anthropic batch
+TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai", "anthropic")}
 
 
 def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
@@ -68,11 +68,11 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
     if provider not in TIER_PROVIDERS[tier]:
         sellers = " and ".join(TIER_PROVIDERS[tier])
         raise ConfigError(
-            f"{role}.service_tier: {tier} goes through the {sellers} route only "
+            f"{role}.service_tier: {tier} goes through the {sellers} routes only "
             + (
-                "(OpenAI's Batch API: litellm creates no other provider's batches)"
+                "(OpenAI's Batch API, Anthropic's Message Batches)"
                 if tier == "batch"
-                else ""
+                else "(OpenAI's flex processing)"
             )
             + f"; {name!r} goes through litellm's {provider!r} route "
             f"({model.resolved_litellm_model()}). Use service_tier: standard for it"

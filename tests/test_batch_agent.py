@@ -1,8 +1,8 @@
 """Batched agent turns (issue 22) on the local engine (on Ray:
 `tests/runtime/test_scheduler.py::test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier`):
 with `model.service_tier: batch` the agent loop is unchanged and every turn travels as a line
-of a provider batch (OpenAI's Batch API, the offline
-provider's emulator, through litellm's files and batches calls). The same queries give the same
+of a provider batch (OpenAI's Batch API or Anthropic's Message Batches, the offline
+provider's emulators, through litellm's batches and files calls). The same queries give the same
 trajectories as at the standard tier, at half the bill; errored and expired turns go into the
 next batch; a driver killed while a batch is in flight resumes by polling that batch, and no
 turn is sent in a second batch."""
@@ -27,10 +27,24 @@ from piserini_ray.offline import OfflineConfig, OfflineProvider
 QUERIES = 4
 
 
-def _config(tmp_path: Path, index_root: Path, base: str, tier: str, name: str) -> Path:
+#: Each model by its name in the pricing table: its litellm route and its settings there.
+MODELS = {
+    "gpt-5": "litellm_model: openai/gpt-5",
+    # Extended thinking (its signed blocks go back each turn, or the emulator refuses), and no
+    # cache marks at either tier: a batch sends none (llm/batches.AnthropicBatches).
+    "claude-haiku-4.5": "litellm_model: anthropic/claude-haiku-4-5, max_output_tokens: 2048, "
+    "reasoning_effort: low, prompt_caching: 'off'",
+}
+
+
+def _config(
+    tmp_path: Path, index_root: Path, base: str, tier: str, name: str, model: str = "gpt-5"
+) -> Path:
+    if "anthropic/" in MODELS[model]:  # litellm's Anthropic route adds /v1/messages itself
+        base = base.removesuffix("/v1")
     path = tmp_path / f"{name}.yaml"
     path.write_text(
-        f"model: {{name: gpt-5, litellm_model: openai/gpt-5, api_base: '{base}', "
+        f"model: {{name: {model}, {MODELS[model]}, api_base: '{base}', "
         f"service_tier: {tier}}}\n"
         f"slice: {{sample: {QUERIES}, seed: 8}}\n"
         "agent: {termination: iterations, max_iterations: 12}\n"
@@ -42,7 +56,8 @@ def _config(tmp_path: Path, index_root: Path, base: str, tier: str, name: str) -
 
 
 def _served(batch: BatchConfig) -> OfflineConfig:
-    return OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"}, batch=batch)
+    aliases = {"gpt-5": "offline/heuristic", "claude-haiku-4-5": "offline/heuristic"}
+    return OfflineConfig(model_aliases=aliases, batch=batch)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -63,8 +78,18 @@ def _run(*args: str) -> int:
     return main([*args, "--engine", "local"])
 
 
-def _batched_ids(provider: OfflineProvider) -> list[str]:
+def _batched_ids(provider: OfflineProvider, model: str = "gpt-5") -> list[str]:
     """Every custom_id of every batch the emulator was sent, read back through its API."""
+    if "anthropic/" in MODELS[model]:  # Message Batches give back their results only
+        host = provider.base_url.removesuffix("/v1")
+        headers = {"x-api-key": "no-key", "anthropic-version": "2023-06-01"}
+        listed = httpx.get(f"{host}/v1/messages/batches?limit=100", headers=headers).json()
+        return [
+            orjson.loads(x)["custom_id"]
+            for batch in listed["data"]
+            for x in httpx.get(batch["results_url"], headers=headers).content.splitlines()
+            if x
+        ]
     headers = {"Authorization": "Bearer no-key"}
     listed = httpx.get(f"{provider.base_url}/batches?limit=100", headers=headers).json()
     ids = []
@@ -76,22 +101,23 @@ def _batched_ids(provider: OfflineProvider) -> list[str]:
     return ids
 
 
+@pytest.mark.parametrize("model", list(MODELS))
 def test_batched_turns_give_the_standard_trajectories_at_half_the_bill(
-    tmp_path: Path, index_root: Path, sample_index: Path
+    tmp_path: Path, index_root: Path, sample_index: Path, model: str
 ) -> None:
+    on_route = MODELS[model].split("/")[1].split(",")[0]  # the model's name on its route
     costs = {}
     for tier in ("standard", "batch"):
         with OfflineProvider(_served(BatchConfig(completion_seconds=0.1))) as provider:
-            config = _config(tmp_path, index_root, provider.base_url, tier, tier)
+            config = _config(tmp_path, index_root, provider.base_url, tier, tier, model)
             assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / tier)) == 0
             bill = provider.bill
-            sent = _batched_ids(provider)
+            sent = _batched_ids(provider, model)
         costs[tier] = orjson.loads((tmp_path / tier / "summary.json").read_bytes())["cost_usd"]
         if tier == "batch":
-            line = bill[("batch", "gpt-5")]
+            line = bill[("batch", on_route)]
             assert line.requests == len(sent) == len(set(sent)) > QUERIES  # many turns each
-            assert ("standard", "gpt-5") in bill  # the one-word model check only
-            assert bill[("standard", "gpt-5")].requests == 1
+            assert bill[("standard", on_route)].requests == 1  # the one-word model check only
     assert _trajectories(tmp_path / "batch") == _trajectories(tmp_path / "standard")
     assert costs["batch"] == pytest.approx(0.5 * costs["standard"], rel=1e-3) and costs["batch"]
     records = _rows(tmp_path / "batch" / "records.jsonl")

@@ -1,8 +1,9 @@
 """The batch judge (issue 22): `judge.model.service_tier: batch` judges every answer through
-OpenAI's Batch API (the offline provider's emulator, reached through litellm's files and
-batches calls): the same verdicts as the standard judge at half the judge's bill; errored and
-expired requests go into the next batch and are never scored wrong; a driver killed while a
-batch is in flight resumes polling that batch and never sends a second one."""
+OpenAI's Batch API or Anthropic's Message Batches (the offline provider's emulators, reached
+through litellm's batches and files calls): the same verdicts as the standard judge at half the
+judge's bill; errored and expired requests go into the next batch and are never scored wrong; a
+driver killed while a batch is in flight resumes polling that batch and never sends a second
+one."""
 
 from __future__ import annotations
 
@@ -23,23 +24,30 @@ from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.records import Usage
 
 QUERIES = 6
+#: Each judge by its name in the pricing table, and its litellm route.
+JUDGES = {"gpt-5": "openai/gpt-5", "claude-haiku-4.5": "anthropic/claude-haiku-4-5"}
 
 
-def _config(tmp_path: Path, index_root: Path, judge_base: str, tier: str, name: str) -> Path:
+def _config(
+    tmp_path: Path, index_root: Path, judge_base: str, tier: str, name: str, judge: str = "gpt-5"
+) -> Path:
+    route, base = JUDGES[judge], judge_base
+    if route.startswith("anthropic/"):  # litellm's Anthropic route adds /v1/messages itself
+        route, base = f"{route}, max_output_tokens: 1024", judge_base.removesuffix("/v1")
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"slice: {{sample: {QUERIES}, seed: 4}}\n"
         f"retrieval: {{index_root: '{index_root}'}}\n"
-        f"judge: {{model: {{name: gpt-5, api_base: '{judge_base}', service_tier: {tier}}}, "
-        "batch_poll_seconds: 0.05}\n"
+        f"judge: {{model: {{name: {judge}, litellm_model: {route}, api_base: '{base}', "
+        f"service_tier: {tier}}}, batch_poll_seconds: 0.05}}\n"
     )
     return path
 
 
-def _verdicts(run_dir: Path) -> dict[str, dict]:
+def _verdicts(run_dir: Path, judge: str = "gpt-5") -> dict[str, dict]:
     rows = [
         orjson.loads(x)
-        for x in (run_dir / "judgements" / "gpt-5.jsonl").read_bytes().split(b"\n")
+        for x in (run_dir / "judgements" / f"{judge}.jsonl").read_bytes().split(b"\n")
         if x
     ]
     return {r["query_id"]: r for r in rows}
@@ -51,18 +59,21 @@ def _run(config: Path, run_dir: Path) -> int:
 
 
 def _served(batch: BatchConfig) -> OfflineConfig:
-    return OfflineConfig(model_aliases={"gpt-5": "offline/exact-match-judge"}, batch=batch)
+    judge = "offline/exact-match-judge"
+    return OfflineConfig(model_aliases={"gpt-5": judge, "claude-haiku-4-5": judge}, batch=batch)
 
 
+@pytest.mark.parametrize("judge", list(JUDGES))
 def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
-    tmp_path: Path, index_root: Path, sample_index: Path
+    tmp_path: Path, index_root: Path, sample_index: Path, judge: str
 ) -> None:
     with OfflineProvider(_served(BatchConfig(completion_seconds=0.2))) as provider:
         for tier in ("standard", "batch"):
-            config = _config(tmp_path, index_root, provider.base_url, tier, tier)
+            config = _config(tmp_path, index_root, provider.base_url, tier, tier, judge)
             assert _run(config, tmp_path / tier) == 0
         bill = provider.bill
-    standard, batch = _verdicts(tmp_path / "standard"), _verdicts(tmp_path / "batch")
+        batches = {r.batch_id for r in provider.requests if r.batch_id is not None}
+    standard, batch = _verdicts(tmp_path / "standard", judge), _verdicts(tmp_path / "batch", judge)
     answered = [q for q, v in standard.items() if v["attempts"] > 0]  # judged by a call
     assert len(standard) == len(batch) == QUERIES and answered
     assert {q: v["correct"] for q, v in batch.items()} == {
@@ -70,10 +81,12 @@ def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
     }
     assert all(v["status"] == "judged" for v in batch.values())
     # The same tokens, billed at the batch tier: half the price.
-    line = bill[("batch", "gpt-5")]
-    assert line.requests == len(answered)
-    price = load_pricing().price("gpt-5")
-    batch_price = load_pricing().price("gpt-5", "batch")
+    line = bill[("batch", JUDGES[judge].split("/")[1])]
+    assert line.requests == len(answered) and len(batches) == 1
+    if judge.startswith("claude"):  # Anthropic's Message Batches, not OpenAI's Batch API
+        assert all(b.startswith("msgbatch_") for b in batches)
+    price = load_pricing().price(judge)
+    batch_price = load_pricing().price(judge, "batch")
     assert price is not None and batch_price is not None
     billed = Usage(input_tokens=line.prompt_tokens, cached_tokens=line.cached_tokens,
                    output_tokens=line.completion_tokens)  # fmt: skip
@@ -85,7 +98,7 @@ def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
     )
     summary = orjson.loads((tmp_path / "batch" / "summary.json").read_bytes())
     assert summary["judge_cost_usd"] == pytest.approx(batch_price.cost(recorded), abs=1e-4)
-    assert "batch tier" in summary["pricing_source"]["gpt-5"]
+    assert "batch tier" in summary["pricing_source"][judge]
     # The ledger: every batch written, then closed.
     ledger = [
         orjson.loads(x)
@@ -158,11 +171,11 @@ def test_a_driver_killed_while_its_batch_is_in_flight_resumes_polling_that_batch
     assert rows[-1] == {"judge_model": "gpt-5", "closed": sent}
 
 
-def test_an_anthropic_batch_judge_is_a_config_error(tmp_path: Path, capsys) -> None:
+def test_a_batch_judge_on_a_route_without_batches_is_a_config_error(tmp_path: Path, capsys) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
-        "judge: {model: {name: claude-haiku-4.5, service_tier: batch, api_key_env: HOME}}\n"
+        "judge: {model: {name: deepseek-v4-flash, service_tier: batch, api_key_env: HOME}}\n"
     )
     assert main(["run", "--engine", "local", "--config", str(config),
                  "--run-dir", str(tmp_path / "r")]) == 2  # fmt: skip
-    assert "litellm creates no other provider's batches" in capsys.readouterr().err
+    assert "goes through the openai and anthropic routes only" in capsys.readouterr().err

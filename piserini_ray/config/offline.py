@@ -146,9 +146,13 @@ class OfflineConfig(_Strict):
 
     def serves(self, model: Any) -> bool:
         """Whether the run-started provider of these settings serves `model` (a ModelConfig):
-        an offline model, or a provider's model name listed in `model_aliases` (a rehearsal
+        an offline model, or a provider's model listed in `model_aliases` by its name or by
+        its name on its route (`claude-haiku-4-5` of `anthropic/claude-haiku-4-5`: a rehearsal
         under real names and prices), either without an `api_base` of its own."""
-        return model.api_base is None and (model.is_offline or model.name in self.model_aliases)
+        on_route = model.resolved_litellm_model().split("/", 1)[-1]
+        return model.api_base is None and (
+            model.is_offline or model.name in self.model_aliases or on_route in self.model_aliases
+        )
 
 
 ScriptedKind = Literal[

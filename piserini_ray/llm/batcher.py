@@ -1,5 +1,6 @@
 """Batched agent turns (`model.service_tier: batch`): the next model call of every active query
-gathered into one provider batch (OpenAI's Batch API, `llm/batches.py`), half the price.
+gathered into one provider batch (OpenAI's Batch API or Anthropic's Message Batches,
+`llm/batches.py`), half the price.
 
 The agent loop is unchanged: its client hands each call's request body to the batcher and
 awaits the reply. The batcher waits `gather_seconds` after the first request of a round (the
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from piserini_ray.llm.batches import BatchRequest, OpenAIBatches, split
+from piserini_ray.llm.batches import BatchRequest, ProviderBatches, split
 from piserini_ray.llm.retry import Failure, FailureKind, RetryError
 
 Log = Callable[[str], None]
@@ -54,7 +55,7 @@ class TurnBatcher:
 
     def __init__(
         self,
-        api: OpenAIBatches,
+        api: ProviderBatches,
         ledger: Ledger,
         gather_seconds: float,
         poll_seconds: float,

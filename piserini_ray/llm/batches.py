@@ -1,10 +1,19 @@
-"""OpenAI's Batch API through litellm: upload a JSONL file of requests, create a batch, poll it,
-download its output and error files. Half the standard price, answers within 24 hours.
+"""Providers' batch APIs through litellm, half the standard price, answers within 24 hours.
+Callers speak Chat Completions both ways: each request is a chat body, each reply a chat
+completion, whichever provider runs the batch.
 
-Each request line is `{"custom_id", "method": "POST", "url", "body"}`; each output line pairs
-its `custom_id` with `response.body` (a chat completion) or `error`. A request that errored or
-expired has no body here: the caller sends it again in its next batch. Batches are split at the
-provider's limits (50,000 requests, 200 MB a file).
+- OpenAI's Batch API (`OpenAIBatches`): upload a JSONL file of requests, create a batch, poll
+  it, download its output and error files. Each request line is `{"custom_id", "method": "POST",
+  "url", "body"}`; each output line pairs its `custom_id` with `response.body` (a chat
+  completion) or `error`.
+- Anthropic's Message Batches (`AnthropicBatches`): each chat body is translated by litellm's
+  Anthropic route into Messages `params` and the batch is created with `POST
+  /v1/messages/batches` (litellm 1.106 polls and reads Anthropic batches but cannot create
+  one); litellm polls it, and its results (`{custom_id, result: {type: succeeded, message} |
+  errored | expired | canceled}`) are read back as chat completions by litellm's translation.
+
+A request that errored or expired has no reply here: the caller sends it again in its next
+batch. Batches are split at OpenAI's limits (50,000 requests, 200 MB), within Anthropic's.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import io
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import litellm
 import orjson
 from pydantic import BaseModel
@@ -25,6 +35,8 @@ from piserini_ray.records import Usage
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024**2
 ENDPOINT = "/v1/chat/completions"
+#: litellm's flag for a poll that logs nothing (see `poll`).
+QUIET_POLL = {"batch_ignore_default_logging": True}
 #: A batch in one of these states changes no more.
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
@@ -98,16 +110,24 @@ def _line(request: BatchRequest) -> bytes:
     )
 
 
-class OpenAIBatches:
-    """The Batch API of one account (`api_base`, `api_key`), through litellm's files and
-    batches calls."""
+class ProviderBatches:
+    """The batch API of one account (`api_base`, `api_key`) at one provider: `submit` is the
+    provider's own; polling and reading the results go through litellm's batches and files
+    calls."""
+
+    #: litellm's name of the provider.
+    provider = ""
 
     def __init__(self, api_base: str | None, api_key: str | None) -> None:
-        self._auth: dict[str, Any] = {"custom_llm_provider": "openai"}
+        self._auth: dict[str, Any] = {"custom_llm_provider": self.provider}
         if api_base:
             self._auth["api_base"] = api_base
         if api_key:
             self._auth["api_key"] = api_key
+
+    async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
+        """Create a batch of the requests (chat bodies); its id."""
+        raise NotImplementedError
 
     async def close(self) -> None:
         """Close litellm's cached HTTP clients while their event loop still runs (litellm
@@ -117,21 +137,6 @@ class OpenAIBatches:
 
         await close_litellm_async_clients()
         litellm.in_memory_llm_clients_cache.flush_cache()
-
-    async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
-        """Upload the requests and create their batch; its id."""
-        data = b"".join(_line(r) + b"\n" for r in requests)
-        upload = await litellm.acreate_file(
-            file=("requests.jsonl", io.BytesIO(data)), purpose="batch", **self._auth
-        )
-        batch = await litellm.acreate_batch(
-            completion_window="24h",
-            endpoint=ENDPOINT,
-            input_file_id=upload.id,
-            metadata=metadata,
-            **self._auth,
-        )
-        return str(batch.id)
 
     async def wait(
         self, batch_id: str, poll_seconds: float, on_status: Callable[[str], None]
@@ -150,7 +155,11 @@ class OpenAIBatches:
             state = await self.poll(batch_id)
 
     async def poll(self, batch_id: str) -> BatchState:
-        batch = await litellm.aretrieve_batch(batch_id=batch_id, **self._auth)
+        # litellm would otherwise download a finished batch's results in the background on
+        # every poll, to log its cost (we read them once, in `results`).
+        batch = await litellm.aretrieve_batch(
+            batch_id=batch_id, litellm_metadata=QUIET_POLL, **self._auth
+        )
         errors = getattr(batch, "errors", None)
         return BatchState(
             batch_id=batch_id,
@@ -168,10 +177,121 @@ class OpenAIBatches:
                 continue
             content = await litellm.afile_content(file_id=file_id, **self._auth)
             raw = content.content if hasattr(content, "content") else b""
-            for line in bytes(raw).splitlines():
+            for line in self._as_chat(bytes(raw)).splitlines():
                 if line.strip():
                     found.append(_result(orjson.loads(line)))
         return found
+
+    def _as_chat(self, raw: bytes) -> bytes:
+        """A results file as OpenAI batch output lines (chat completions)."""
+        return raw
+
+
+class OpenAIBatches(ProviderBatches):
+    """OpenAI's Batch API: a JSONL file uploaded, then a batch over it."""
+
+    provider = "openai"
+
+    async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
+        """Upload the requests and create their batch; its id."""
+        data = b"".join(_line(r) + b"\n" for r in requests)
+        upload = await litellm.acreate_file(
+            file=("requests.jsonl", io.BytesIO(data)), purpose="batch", **self._auth
+        )
+        batch = await litellm.acreate_batch(
+            completion_window="24h",
+            endpoint=ENDPOINT,
+            input_file_id=upload.id,
+            metadata=metadata,
+            **self._auth,
+        )
+        return str(batch.id)
+
+
+class AnthropicBatches(ProviderBatches):
+    """Anthropic's Message Batches: the chat bodies as Messages params in one request.
+
+    `api_base` is the host (litellm's Anthropic calls add `/v1/...` themselves); a base that
+    ends in `/v1`, as the offline provider's does, is taken without it. No prompt-cache marks
+    are sent: a batch waits longer than the 5-minute cache lives, and 1-hour cache writes are
+    priced at twice the input, which the pricing table does not model yet.
+    """
+
+    provider = "anthropic"
+    VERSION = "2023-06-01"
+
+    def __init__(self, api_base: str | None, api_key: str | None) -> None:
+        base = api_base.rstrip("/").removesuffix("/v1") if api_base else None
+        super().__init__(base, api_key)
+        self._host = base or "https://api.anthropic.com"
+        self._key = api_key
+
+    async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
+        """One `POST /v1/messages/batches` (metadata is not part of Anthropic's request)."""
+        from litellm.llms.custom_httpx.http_handler import get_async_httpx_client
+        from litellm.types.utils import LlmProviders
+
+        body = {
+            "requests": [
+                {"custom_id": r.custom_id, "params": messages_params(r.body)} for r in requests
+            ]
+        }
+        headers = {"anthropic-version": self.VERSION, "content-type": "application/json"}
+        if self._key:
+            headers["x-api-key"] = self._key
+        client = get_async_httpx_client(llm_provider=LlmProviders.ANTHROPIC)
+        try:
+            response = await client.post(
+                f"{self._host}/v1/messages/batches", headers=headers, data=orjson.dumps(body)
+            )
+        except httpx.HTTPStatusError as error:  # litellm's handler raises on any non-2xx
+            raise BatchRefused(
+                f"Anthropic refused the Message Batch: HTTP {error.response.status_code} "
+                f"{error.response.text[:500]}"
+            ) from None
+        return str(response.json()["id"])
+
+    def _as_chat(self, raw: bytes) -> bytes:
+        from litellm.llms.anthropic.files.handler import AnthropicFilesHandler
+
+        return AnthropicFilesHandler()._transform_anthropic_batch_results_to_openai_format(raw)
+
+
+class BatchRefused(Exception):
+    """The provider refused to create a batch (its status and message)."""
+
+
+def messages_params(body: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions body as Anthropic Messages params, translated by litellm's Anthropic
+    route as a direct call would be (tools, tool results, reasoning effort as thinking, output
+    cap; parameters the route lacks, such as `seed`, dropped). A JSON `response_format` is
+    dropped too: litellm would force a tool call whose reply it turns back into text only on a
+    direct call; the judge's prompt asks for JSON itself."""
+    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+    body = dict(body)
+    model, messages = body.pop("model"), body.pop("messages")
+    body.pop("response_format", None)
+    config = AnthropicConfig()
+    optional = config.map_openai_params(
+        non_default_params=body, optional_params={}, model=model, drop_params=True
+    )
+    params = config.transform_request(
+        model=model, messages=messages, optional_params=optional, litellm_params={}, headers={}
+    )
+    return {"model": model, **params}
+
+
+#: Whose batches we can create, by litellm's provider name.
+BATCHES = {"openai": OpenAIBatches, "anthropic": AnthropicBatches}
+
+
+def batches_for(provider: str, api_base: str | None, api_key: str | None) -> ProviderBatches:
+    """The batch API of `provider` (litellm's name of a model's route); preflight has refused a
+    `batch` tier on any other."""
+    if provider not in BATCHES:
+        raise ValueError(f"no batch API for litellm provider {provider!r}: {sorted(BATCHES)}")
+    return BATCHES[provider](api_base, api_key)
 
 
 def _result(line: dict[str, Any]) -> BatchResult:

@@ -429,7 +429,7 @@ class LLMClient:
             extra["tools"] = tools
         if response_format is not None:
             extra["response_format"] = response_format
-        if self.request_seed is not None:
+        if self.request_seed is not None and self.takes_seed:
             extra["seed"] = self.request_seed
         call = trace if trace is not None else CallTrace()
         call.attempts += 1

@@ -14,7 +14,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.batcher import TurnBatcher
-from piserini_ray.llm.batches import OpenAIBatches
+from piserini_ray.llm.batches import batches_for
 from piserini_ray.store import TurnLedger
 
 #: Turns one batcher holds at once: every query in flight on every replica waits in it.
@@ -25,6 +25,7 @@ MAX_WAITING = 100_000
 class BatcherActor:
     def __init__(
         self,
+        provider: str,
         api_base: str | None,
         key: SecretStr | None,
         ledger: str,
@@ -32,7 +33,7 @@ class BatcherActor:
         poll_seconds: float,
         max_rounds: int,
     ) -> None:
-        api = OpenAIBatches(api_base, key.get_secret_value() if key is not None else None)
+        api = batches_for(provider, api_base, key.get_secret_value() if key is not None else None)
         self._batcher = TurnBatcher(
             api, TurnLedger(Path(ledger)), gather_seconds, poll_seconds, max_rounds, print
         )
@@ -45,7 +46,12 @@ class BatcherActor:
 
 
 def start_batcher(
-    name: str, config: RunConfig, run_dir: Path, api_base: str | None, key: SecretStr | None
+    name: str,
+    config: RunConfig,
+    run_dir: Path,
+    provider: str,
+    api_base: str | None,
+    key: SecretStr | None,
 ) -> Any:
     """The run's batcher actor, named `name`, pinned to this (the driver's) node."""
     settings = config.runtime.batch
@@ -55,6 +61,7 @@ def start_batcher(
         max_concurrency=MAX_WAITING,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
     ).remote(
+        provider,
         api_base,
         key,
         str(run_dir / "agent_batches.jsonl"),

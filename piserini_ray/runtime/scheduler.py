@@ -372,11 +372,12 @@ class Dispatcher:
             name = f"{self.replicas.prefix}-batcher-{plan.store.config_hash[:12]}"
             base = self.bases[str(plan.run_dir)]
             # The key the run's clients send (the driver's, or none for a loopback endpoint).
-            key = LLMClient(plan.config.model, api_base=base, keys=self._keys(plan)).api_key()
+            client = LLMClient(plan.config.model, api_base=base, keys=self._keys(plan))
+            key = client.api_key()
             secret = SecretStr(key) if key else None
             self.batchers[str(plan.run_dir)] = (
                 name,
-                start_batcher(name, plan.config, plan.run_dir, base, secret),
+                start_batcher(name, plan.config, plan.run_dir, client.provider, base, secret),
             )
             self.log(f"{plan.run_dir}: model turns go out in batches (batcher {name})")
 
