@@ -50,7 +50,12 @@ def turn_batcher(run: PreparedRun, client: LLMClient, log: Log) -> TurnBatcher:
     so a killed driver polls the batches it sent and reuses the turns it paid for)."""
     settings = run.config.runtime.batch
     return TurnBatcher(
-        batches_for(client.provider, client.api_base, client.api_key()),
+        batches_for(
+            client.provider,
+            client.api_base,
+            client.api_key(),
+            cache=client.model.prompt_caching == "auto",
+        ),
         TurnLedger(run.run_dir / "agent_batches.jsonl", log),
         gather_seconds=settings.gather_seconds,
         poll_seconds=settings.poll_seconds,

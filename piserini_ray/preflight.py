@@ -68,7 +68,8 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
     if provider not in TIER_PROVIDERS[tier]:
         sellers = " and ".join(TIER_PROVIDERS[tier])
         raise ConfigError(
-            f"{role}.service_tier: {tier} goes through the {sellers} routes only "
+            f"{role}.service_tier: {tier} goes through the {sellers} "
+            f"route{'s' if len(TIER_PROVIDERS[tier]) > 1 else ''} only "
             + (
                 "(OpenAI's Batch API, Anthropic's Message Batches)"
                 if tier == "batch"

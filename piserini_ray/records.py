@@ -17,6 +17,9 @@ class Usage(BaseModel):
     cached_tokens: int = 0
     #: Input tokens written to the cache, where a provider bills that separately (Anthropic).
     cache_write_tokens: int = 0
+    #: The part of `cache_write_tokens` written to Anthropic's 1-hour cache (`ttl: 1h`, what
+    #: a batch marks), billed at its own, higher price (`Price.cache_write_1h`).
+    cache_write_1h_tokens: int = 0
     #: Output tokens spent on hidden reasoning, where reported (already inside output_tokens).
     reasoning_tokens: int = 0
     #: Input tokens no provider reported: the prompts of calls cut at the budget or failed

@@ -22,7 +22,9 @@ import pytest
 
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
+from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.records import Usage
 
 QUERIES = 4
 
@@ -127,6 +129,40 @@ def test_batched_turns_give_the_standard_trajectories_at_half_the_bill(
     assert all(r["waited_seconds"] > 0 for r in records)
 
 
+def test_anthropic_batched_turns_read_the_one_hour_cache_and_cost_the_bill(
+    tmp_path: Path, index_root: Path, sample_index: Path
+) -> None:
+    """With prompt caching on, each turn of a Message Batch marks the 1-hour cache: the next
+    turn, in the next batch, reads what the turn before wrote. The run's usage is the
+    emulator's bill to the token, and its cost that bill at the batch tier's prices."""
+    model = "claude-haiku-4.5"
+    with OfflineProvider(_served(BatchConfig(completion_seconds=0.05))) as provider:
+        config = _config(tmp_path, index_root, provider.base_url, "batch", "cached", model)
+        config.write_text(
+            config.read_text().replace("prompt_caching: 'off'", "prompt_caching: auto")
+        )
+        assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / "cached")) == 0
+        line = provider.bill[("batch", "claude-haiku-4-5")]
+    records = _rows(tmp_path / "cached" / "records.jsonl")
+    assert all(r["status"] == "completed" for r in records)
+    used = sum((Usage.model_validate(r["usage"]) for r in records), Usage())
+    billed = Usage(
+        input_tokens=line.prompt_tokens, output_tokens=line.completion_tokens,
+        cached_tokens=line.cached_tokens, cache_write_tokens=line.cache_write_tokens,
+        cache_write_1h_tokens=line.cache_write_1h_tokens,
+    )  # fmt: skip
+    assert used.model_dump(include=set(billed.model_fields_set)) == billed.model_dump(
+        include=set(billed.model_fields_set)
+    )
+    assert (
+        billed.cached_tokens > 0 and billed.cache_write_1h_tokens == billed.cache_write_tokens > 0
+    )
+    price = load_pricing().price(model, "batch")
+    assert price is not None and price.write_1h == 1.00  # half of the 1-hour write price
+    summary = orjson.loads((tmp_path / "cached" / "summary.json").read_bytes())
+    assert summary["cost_usd"] == pytest.approx(price.cost(billed), abs=1e-4)  # 4 digits
+
+
 def test_errored_and_expired_turns_go_into_the_next_batch(
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:
@@ -182,8 +218,8 @@ def test_batch_with_a_clock_or_on_a_route_without_batches_is_a_config_error(
     assert main(["run", "--engine", "local", "--config", str(config)]) == 2
     assert "agent.termination: iterations" in capsys.readouterr().err
     config.write_text(
-        "model: {name: claude-haiku-4.5, service_tier: batch, api_key_env: HOME}\n"
+        "model: {name: deepseek-v4-flash, service_tier: batch, api_key_env: HOME}\n"
         "agent: {termination: iterations}\n"
     )
     assert main(["run", "--engine", "local", "--config", str(config)]) == 2
-    assert "litellm creates no other provider's batches" in capsys.readouterr().err
+    assert "goes through the openai and anthropic routes only" in capsys.readouterr().err

@@ -29,6 +29,7 @@ import orjson
 from pydantic import BaseModel
 
 from piserini_ray.config import ModelConfig
+from piserini_ray.llm.usage import usage_from
 from piserini_ray.records import Usage
 
 #: OpenAI's limits for one batch: requests, and bytes of its input file.
@@ -212,19 +213,22 @@ class AnthropicBatches(ProviderBatches):
     """Anthropic's Message Batches: the chat bodies as Messages params in one request.
 
     `api_base` is the host (litellm's Anthropic calls add `/v1/...` themselves); a base that
-    ends in `/v1`, as the offline provider's does, is taken without it. No prompt-cache marks
-    are sent: a batch waits longer than the 5-minute cache lives, and 1-hour cache writes are
-    priced at twice the input, which the pricing table does not model yet.
+    ends in `/v1`, as the offline provider's does, is taken without it. With `cache` (the
+    model's `prompt_caching: auto`) each request marks its system prompt and its last message
+    for the 1-hour cache: a batch can wait longer than the 5-minute cache lives, and the next
+    turn of the query, in the next batch, reads the prefix its turn before wrote (1-hour writes
+    cost twice the input price, reads a tenth).
     """
 
     provider = "anthropic"
     VERSION = "2023-06-01"
 
-    def __init__(self, api_base: str | None, api_key: str | None) -> None:
+    def __init__(self, api_base: str | None, api_key: str | None, cache: bool = False) -> None:
         base = api_base.rstrip("/").removesuffix("/v1") if api_base else None
         super().__init__(base, api_key)
         self._host = base or "https://api.anthropic.com"
         self._key = api_key
+        self._cache = cache
 
     async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
         """One `POST /v1/messages/batches` (metadata is not part of Anthropic's request)."""
@@ -233,7 +237,8 @@ class AnthropicBatches(ProviderBatches):
 
         body = {
             "requests": [
-                {"custom_id": r.custom_id, "params": messages_params(r.body)} for r in requests
+                {"custom_id": r.custom_id, "params": messages_params(r.body, self._cache)}
+                for r in requests
             ]
         }
         headers = {"anthropic-version": self.VERSION, "content-type": "application/json"}
@@ -261,12 +266,13 @@ class BatchRefused(Exception):
     """The provider refused to create a batch (its status and message)."""
 
 
-def messages_params(body: dict[str, Any]) -> dict[str, Any]:
+def messages_params(body: dict[str, Any], cache: bool = False) -> dict[str, Any]:
     """A Chat Completions body as Anthropic Messages params, translated by litellm's Anthropic
     route as a direct call would be (tools, tool results, reasoning effort as thinking, output
     cap; parameters the route lacks, such as `seed`, dropped). A JSON `response_format` is
     dropped too: litellm would force a tool call whose reply it turns back into text only on a
-    direct call; the judge's prompt asks for JSON itself."""
+    direct call; the judge's prompt asks for JSON itself. `cache`: the system prompt and the
+    last message marked for the 1-hour cache (two of the four breakpoints Anthropic allows)."""
     from litellm.llms.anthropic.chat.transformation import AnthropicConfig
 
     body = dict(body)
@@ -279,19 +285,33 @@ def messages_params(body: dict[str, Any]) -> dict[str, Any]:
     params = config.transform_request(
         model=model, messages=messages, optional_params=optional, litellm_params={}, headers={}
     )
+    if cache:
+        for blocks in (params.get("system"), params["messages"][-1]["content"]):
+            markable = [  # a thinking block cannot carry a mark
+                b
+                for b in blocks or []
+                if isinstance(b, dict) and b.get("type") not in ("thinking", "redacted_thinking")
+            ]
+            if markable and isinstance(blocks, list):
+                markable[-1]["cache_control"] = ONE_HOUR
     return {"model": model, **params}
 
 
-#: Whose batches we can create, by litellm's provider name.
-BATCHES = {"openai": OpenAIBatches, "anthropic": AnthropicBatches}
+#: Anthropic's 1-hour cache mark.
+ONE_HOUR = {"type": "ephemeral", "ttl": "1h"}
 
 
-def batches_for(provider: str, api_base: str | None, api_key: str | None) -> ProviderBatches:
+def batches_for(
+    provider: str, api_base: str | None, api_key: str | None, cache: bool = False
+) -> ProviderBatches:
     """The batch API of `provider` (litellm's name of a model's route); preflight has refused a
-    `batch` tier on any other."""
-    if provider not in BATCHES:
-        raise ValueError(f"no batch API for litellm provider {provider!r}: {sorted(BATCHES)}")
-    return BATCHES[provider](api_base, api_key)
+    `batch` tier on any other. `cache`: mark prompts for the provider's cache where it needs
+    marks (Anthropic's; OpenAI caches by itself)."""
+    if provider == "anthropic":
+        return AnthropicBatches(api_base, api_key, cache)
+    if provider == "openai":
+        return OpenAIBatches(api_base, api_key)
+    raise ValueError(f"no batch API for litellm provider {provider!r} (openai, anthropic)")
 
 
 def _result(line: dict[str, Any]) -> BatchResult:
@@ -308,15 +328,9 @@ def _result(line: dict[str, Any]) -> BatchResult:
             error=str(reason or f"HTTP {status} without a reply"),
         )
     message = body["choices"][0].get("message") or {}
-    usage = body.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
     return BatchResult(
         custom_id=custom_id,
         reply=body,
         content=message.get("content"),
-        usage=Usage(
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
-        ),
+        usage=usage_from(body.get("usage") or {}),
     )

@@ -27,7 +27,11 @@ def _get(obj: Any, *names: str) -> int:
 
 def usage_from_response(response: Any) -> Usage:
     """Read litellm's `response.usage` (OpenAI shape, with Anthropic cache fields if present)."""
-    usage = getattr(response, "usage", None) or {}
+    return usage_from(getattr(response, "usage", None) or {})
+
+
+def usage_from(usage: Any) -> Usage:
+    """A usage block (litellm's object, or a chat completion's `usage` as a dict)."""
     details = (
         usage.get("prompt_tokens_details") if isinstance(usage, dict)
         else getattr(usage, "prompt_tokens_details", None)
@@ -36,11 +40,16 @@ def usage_from_response(response: Any) -> Usage:
         usage.get("completion_tokens_details") if isinstance(usage, dict)
         else getattr(usage, "completion_tokens_details", None)
     ) or {}  # fmt: skip
+    written = (
+        details.get("cache_creation_token_details") if isinstance(details, dict)
+        else getattr(details, "cache_creation_token_details", None)
+    ) or {}  # fmt: skip
     return Usage(
         input_tokens=_get(usage, "prompt_tokens", "input_tokens"),
         output_tokens=_get(usage, "completion_tokens", "output_tokens"),
         cached_tokens=_get(details, "cached_tokens") or _get(usage, "cache_read_input_tokens"),
         cache_write_tokens=_get(usage, "cache_creation_input_tokens"),
+        cache_write_1h_tokens=_get(written, "ephemeral_1h_input_tokens"),
         reasoning_tokens=_get(completion_details, "reasoning_tokens"),
     )
 

@@ -27,6 +27,8 @@ class Price(BaseModel):
     output: float = Field(ge=0)
     cache_read: float = Field(ge=0)
     cache_write: float | None = Field(None, ge=0)
+    #: Writing to Anthropic's 1-hour cache; unset, twice the input price (Anthropic's rule).
+    cache_write_1h: float | None = Field(None, ge=0)
     #: The prices of other service tiers as a share of these, every component alike (OpenAI's
     #: flex and Batch API, Anthropic's Message Batches: 0.5). A tier missing here is not sold
     #: for the model (a run asking for it stops before any work).
@@ -44,15 +46,22 @@ class Price(BaseModel):
             output=self.output * share,
             cache_read=self.cache_read * share,
             cache_write=None if self.cache_write is None else self.cache_write * share,
+            cache_write_1h=self.write_1h * share,
         )
+
+    @property
+    def write_1h(self) -> float:
+        return 2 * self.input if self.cache_write_1h is None else self.cache_write_1h
 
     def cost(self, usage: Usage) -> float:
         uncached = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens)
         write_price = self.input if self.cache_write is None else self.cache_write
+        written_5m = usage.cache_write_tokens - usage.cache_write_1h_tokens
         return (
             uncached * self.input
             + usage.cached_tokens * self.cache_read
-            + usage.cache_write_tokens * write_price
+            + written_5m * write_price
+            + usage.cache_write_1h_tokens * self.write_1h
             + usage.output_tokens * self.output
         ) / 1_000_000
 
@@ -128,11 +137,13 @@ def litellm_price(model: str) -> Price | None:
     per_million = 1_000_000
     cache_read = entry.get("cache_read_input_token_cost", entry["input_cost_per_token"])
     cache_write = entry.get("cache_creation_input_token_cost")
+    cache_write_1h = entry.get("cache_creation_input_token_cost_above_1hr")
     return Price(
         input=entry["input_cost_per_token"] * per_million,
         output=(entry.get("output_cost_per_token") or 0) * per_million,
         cache_read=(cache_read or 0) * per_million,
         cache_write=None if cache_write is None else cache_write * per_million,
+        cache_write_1h=None if cache_write_1h is None else cache_write_1h * per_million,
     )
 
 

@@ -72,6 +72,7 @@ from piserini_ray.offline.policy import PolicyReply, function_tool, reasoning_te
 from piserini_ray.offline.tokens import count_text_tokens
 
 MAX_CACHE_BREAKPOINTS = 4
+CACHE_TTLS = ("5m", "1h")
 MIN_CACHEABLE_TOKENS = 1024
 LOOKBACK_BLOCKS = 20
 MIN_THINKING_BUDGET = 1024
@@ -192,9 +193,21 @@ def validate(body: dict[str, Any], signer: Signer) -> bool:
             "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include "
             "thinking blocks from previous turns."
         )
-    if sum(1 for _, b in _prompt_blocks(body) if "cache_control" in b) > MAX_CACHE_BREAKPOINTS:
+    marks = [b["cache_control"] for _, b in _prompt_blocks(body) if "cache_control" in b]
+    if len(marks) > MAX_CACHE_BREAKPOINTS:
         raise refused(
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided."
+        )
+    for mark in marks:
+        if not isinstance(mark, dict) or mark.get("type") != "ephemeral":
+            raise refused("cache_control.type: Input should be 'ephemeral'")
+        if mark.get("ttl", "5m") not in CACHE_TTLS:
+            raise refused("cache_control.ttl: Input should be '5m' or '1h'")
+    ttls = [mark.get("ttl", "5m") for mark in marks]
+    if "1h" in ttls and "5m" in ttls[: len(ttls) - ttls[::-1].index("1h")]:
+        raise refused(
+            "a cache_control block with ttl='1h' must not come after one with ttl='5m': "
+            "longer-lived cache entries come first in the prompt"
         )
     return enabled
 
@@ -231,12 +244,15 @@ class PromptCache:
     def __init__(self) -> None:
         self._entries: set[bytes] = set()
 
-    def usage(self, scope: str, body: dict[str, Any]) -> tuple[int, int, int]:
-        """(uncached input, cache creation, cache read) tokens for this request, writing the
-        prefixes at its breakpoints. A block counts as sent, without its cache marker (marking
-        a block changes neither its size nor the prefix it ends)."""
+    def usage(self, scope: str, body: dict[str, Any]) -> tuple[int, int, int, int]:
+        """(uncached input, cache creation, of which to the 1-hour cache, cache read) tokens
+        for this request, writing the prefixes at its breakpoints. A block counts as sent,
+        without its cache marker (marking a block changes neither its size nor the prefix it
+        ends); the tokens a breakpoint writes are billed at its `ttl`. Entries do not expire
+        here."""
         digest = hashlib.sha256(scope.encode()).digest()
         prefixes: list[tuple[bytes, int, bool]] = []  # (digest, tokens so far, breakpoint)
+        ttls: list[str] = []  # each block's cache_control ttl, "" when unmarked
         total = 0
         for role, block in _prompt_blocks(body):
             bare = _bare(block)
@@ -245,6 +261,7 @@ class PromptCache:
                 digest + orjson.dumps([role, bare], option=orjson.OPT_SORT_KEYS)
             ).digest()
             prefixes.append((digest, total, "cache_control" in block))
+            ttls.append(block["cache_control"].get("ttl", "5m") if "cache_control" in block else "")
         breakpoints = [i for i, (_, _, marked) in enumerate(prefixes) if marked]
         read = 0
         for b in breakpoints:
@@ -253,14 +270,17 @@ class PromptCache:
                 if found in self._entries and tokens > read:
                     read = tokens
                     break
-        written = 0
+        written, written_1h = read, 0  # each breakpoint writes what the one before did not
         for b in breakpoints:
             found, tokens, _ = prefixes[b]
             if tokens >= MIN_CACHEABLE_TOKENS:
                 self._entries.add(found)
-                written = max(written, tokens)
-        creation = max(0, written - read)
-        return total - read - creation, creation, read
+                if tokens > written:
+                    if ttls[b] == "1h":
+                        written_1h += tokens - written
+                    written = tokens
+        creation = written - read
+        return total - read - creation, creation, written_1h, read
 
 
 def policy_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -470,7 +490,7 @@ class MessagesCodec(Codec):
         content = reply_content(reply, thought, self.signer)
         with self._lock:
             cache = self._caches.setdefault(f"{parsed.model}:{key_hash}", PromptCache())
-            uncached, written, read = cache.usage(parsed.model, parsed.body)
+            uncached, written, written_1h, read = cache.usage(parsed.model, parsed.body)
         output = sum(
             count_text_tokens(
                 orjson.dumps({k: v for k, v in b.items() if k != "signature"}).decode()
@@ -489,10 +509,14 @@ class MessagesCodec(Codec):
                 "input_tokens": uncached,
                 "cache_creation_input_tokens": written,
                 "cache_read_input_tokens": read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": written - written_1h,
+                    "ephemeral_1h_input_tokens": written_1h,
+                },
                 "output_tokens": output,
             },
         }
-        return Encoded(body, Usage(uncached + written + read, output, read, written))
+        return Encoded(body, Usage(uncached + written + read, output, read, written, written_1h))
 
     def error(self, problem: Problem) -> web.Response:
         status = problem.status or _STATUS[problem.kind]

@@ -43,6 +43,7 @@ class Usage:
     completion_tokens: int
     cached_tokens: int  # read from the cache
     cache_write_tokens: int = 0  # written to the cache (Anthropic's route)
+    cache_write_1h_tokens: int = 0  # of which to the 1-hour cache
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,7 @@ class BillLine:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of which to Anthropic's 1-hour cache
     #: Requests cut after admission (`RecordedRequest.cut`) and their prompts, included above.
     cut_requests: int = 0
     cut_prompt_tokens: int = 0
@@ -173,6 +174,7 @@ class Bill:
         line.completion_tokens += usage.completion_tokens
         line.cached_tokens += usage.cached_tokens
         line.cache_write_tokens += usage.cache_write_tokens
+        line.cache_write_1h_tokens += usage.cache_write_1h_tokens
         if record.cut:
             line.cut_requests += 1
             line.cut_prompt_tokens += usage.prompt_tokens

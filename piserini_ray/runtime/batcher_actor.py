@@ -28,12 +28,14 @@ class BatcherActor:
         provider: str,
         api_base: str | None,
         key: SecretStr | None,
+        cache: bool,
         ledger: str,
         gather_seconds: float,
         poll_seconds: float,
         max_rounds: int,
     ) -> None:
-        api = batches_for(provider, api_base, key.get_secret_value() if key is not None else None)
+        secret = key.get_secret_value() if key is not None else None
+        api = batches_for(provider, api_base, secret, cache)
         self._batcher = TurnBatcher(
             api, TurnLedger(Path(ledger)), gather_seconds, poll_seconds, max_rounds, print
         )
@@ -64,6 +66,7 @@ def start_batcher(
         provider,
         api_base,
         key,
+        config.model.prompt_caching == "auto",
         str(run_dir / "agent_batches.jsonl"),
         settings.gather_seconds,
         settings.poll_seconds,

@@ -14,6 +14,7 @@ from route_run import run_sample_query
 
 from piserini_ray.config import ModelConfig
 from piserini_ray.data import Benchmark
+from piserini_ray.llm.usage import usage_from
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.offline.anthropic import MIN_CACHEABLE_TOKENS
@@ -136,6 +137,16 @@ def _five_breakpoints(body: dict[str, Any]) -> None:
     body["system"] = [{"type": "text", "text": str(i), "cache_control": mark} for i in range(5)]
 
 
+def _marked(*ttls: str) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        body["system"] = [
+            {"type": "text", "text": ttl, "cache_control": {"type": "ephemeral", "ttl": ttl}}
+            for ttl in ttls
+        ]
+
+    return change
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -145,6 +156,8 @@ def _five_breakpoints(body: dict[str, Any]) -> None:
         (_tool_use_without_result, "without `tool_result` blocks"),
         (_result_without_tool_use, "unexpected `tool_use_id`"),
         (_five_breakpoints, "A maximum of 4 blocks with cache_control"),
+        (_marked("10m"), "cache_control.ttl: Input should be '5m' or '1h'"),
+        (_marked("5m", "1h"), "ttl='1h' must not come after one with ttl='5m'"),
     ],
 )
 def test_requests_the_real_api_rejects_are_rejected(change: Any, expected: str) -> None:
@@ -163,3 +176,43 @@ def test_requests_the_real_api_rejects_are_rejected(change: Any, expected: str) 
     assert reply.status_code == 400, reply.text
     assert reply.json()["type"] == "error" and expected in reply.json()["error"]["message"]
     assert no_version.status_code == 400 and "anthropic-version" in no_version.text
+
+
+def test_one_hour_cache_writes_are_reported_and_billed_apart() -> None:
+    """`ttl: 1h` breakpoints write to the 1-hour cache: the reply's `cache_creation` splits the
+    writes by lifetime, the bill keeps the 1-hour part, and a later request reads it."""
+    long_text = "the prompt's shared part, long enough to be cached. " * 200
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    body: dict[str, Any] = {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 512,
+        "system": [{"type": "text", "text": long_text, "cache_control": one_hour}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": long_text, "cache_control": {"type": "ephemeral"}},
+        ]}],
+    }  # fmt: skip
+    with OfflineProvider(OfflineConfig(model_aliases=ALIASES)) as provider:
+        url = f"http://127.0.0.1:{provider.port}/v1/messages"
+        headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+        first = httpx.post(url, json=body, headers=headers, timeout=30).json()["usage"]
+        again = httpx.post(url, json=body, headers=headers, timeout=30).json()["usage"]
+        (line,) = provider.bill.values()
+    split = first["cache_creation"]
+    assert split["ephemeral_1h_input_tokens"] > 0 and split["ephemeral_5m_input_tokens"] > 0
+    assert sum(split.values()) == first["cache_creation_input_tokens"]
+    assert again["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    assert line.cache_write_1h_tokens == split["ephemeral_1h_input_tokens"]
+    # litellm's usage keeps the split, and our price charges 1-hour writes twice the input.
+    usage = usage_from(
+        litellm.llms.anthropic.chat.transformation.AnthropicConfig().calculate_usage(first, None)
+    )
+    assert usage.cache_write_1h_tokens == split["ephemeral_1h_input_tokens"]
+    price = load_pricing().price("claude-haiku-4.5")
+    assert price is not None
+    by_hand = (
+        first["input_tokens"] * 1.00
+        + split["ephemeral_5m_input_tokens"] * 1.25
+        + split["ephemeral_1h_input_tokens"] * 2.00
+        + first["output_tokens"] * 5
+    ) / 1_000_000
+    assert price.cost(usage) == pytest.approx(by_hand)
