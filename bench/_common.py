@@ -88,5 +88,6 @@ def bill_usage(line: Any) -> Usage:
         input_tokens=line.prompt_tokens,
         cached_tokens=line.cached_tokens,
         cache_write_tokens=line.cache_write_tokens,
+        cache_write_1h_tokens=line.cache_write_1h_tokens,
         output_tokens=line.completion_tokens,
     )

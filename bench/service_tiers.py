@@ -1,10 +1,11 @@
 """The same queries at the standard, flex and batch tiers, against the offline provider: the
-long-horizon agent (about 25 turns a query) behind `gpt-5` on OpenAI's Chat Completions route,
-the local engine, turns counted by iterations (a batch queues, so a clock means nothing). Per
-tier: the run's cost, the emulator's bill at that tier (its own usage log priced with the same
-table), the makespan, the batches sent, and whether every query's trajectory (tool calls,
-answer) and recall equal the standard tier's. Then the batch judge against the standard judge
-on the standard run's answers: verdicts and the judge's bill.
+long-horizon agent (about 25 turns a query) behind `gpt-5` on OpenAI's Chat Completions route and
+behind `claude-haiku-4.5` on Anthropic's Messages route (its batches: Message Batches, with and
+without the 1-hour cache), the local engine, turns counted by iterations (a batch queues, so a
+clock means nothing). Per tier: the run's cost, the emulator's bill at that tier (its own usage
+log priced with the same table), the makespan, the batches sent, and whether every query's
+trajectory (tool calls, answer) and recall equal the standard tier's. Then the batch judge
+against the standard judge on the standard run's answers: verdicts and the judge's bill.
 
     python bench/service_tiers.py [--queries 10] [--batch-seconds 1]
 """
@@ -15,6 +16,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 from _common import append_results, bill_usage, header
@@ -41,6 +43,26 @@ def _trajectories(run_dir: Path, config: RunConfig) -> dict[str, bytes]:
         }
 
 
+#: The routes the bench drives: the name in the pricing table, the litellm route, the model's
+#: name on that route (the emulator's alias) and the model settings every tier shares.
+ROUTES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gpt-5": ("openai/gpt-5", "gpt-5", {}),
+    # Caching off at both tiers, to compare like with like; the third row turns it on.
+    "claude-haiku-4.5": (
+        "anthropic/claude-haiku-4-5",
+        "claude-haiku-4-5",
+        {"max_output_tokens": 4096, "prompt_caching": "off"},
+    ),
+}
+#: (route, tier, prompt caching on) of each row.
+CASES: list[tuple[str, ServiceTier, bool]] = [
+    *(("gpt-5", tier, False) for tier in TIERS),
+    ("claude-haiku-4.5", "standard", False),
+    ("claude-haiku-4.5", "batch", False),
+    ("claude-haiku-4.5", "batch", True),  # Anthropic's 1-hour cache marks in each batch
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=10)
@@ -51,67 +73,71 @@ def main() -> None:
         *header(
             "Service tiers: the same run at the standard, flex and batch tiers",
             f"{args.queries} sample queries (seeded), offline/long-horizon behind `openai/gpt-5` "
-            "(Chat Completions), the local engine, 40 turns at most, gpt-5's table prices, each "
-            f"emulated batch queued {args.batch_seconds:g} s.",
+            "(Chat Completions) and `anthropic/claude-haiku-4-5` (Messages, Message Batches), "
+            "the local engine, 40 turns at most, the table's prices, each emulated batch "
+            f"queued {args.batch_seconds:g} s.",
         ),
-        "| tier | queries | turns / query | trajectories as standard | accuracy | surfaced recall "
-        "| cost (run) | bill (emulator) | cost / standard | batches | makespan |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | tier | queries | turns / query | trajectories as standard | accuracy "
+        "| surfaced recall | cost (run) | bill (emulator) | cost / standard | batches "
+        "| makespan |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    baseline: dict[str, bytes] = {}
-    standard_cost = 0.0
+    baselines: dict[str, tuple[dict[str, bytes], float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for tier in TIERS:
+        for name, tier, cached in CASES:
+            route, on_route, settings = ROUTES[name]
             served = OfflineConfig(
-                model_aliases={"gpt-5": "offline/long-horizon"},
+                model_aliases={on_route: "offline/long-horizon"},
                 batch=BatchConfig(completion_seconds=args.batch_seconds),
             )
             with OfflineProvider(served) as provider:
+                base = provider.base_url
+                model = {"name": name, "litellm_model": route, "service_tier": tier,
+                         "call_timeout": 180, **settings}  # fmt: skip
+                # litellm's Anthropic route adds /v1/messages to the host itself.
+                model["api_base"] = base.removesuffix("/v1") if "anthropic" in route else base
+                if cached:
+                    model["prompt_caching"] = "auto"
                 config = load_config(
                     None,
                     {
                         "slice.sample": args.queries,
-                        "model": {
-                            "name": "gpt-5",
-                            "litellm_model": "openai/gpt-5",
-                            "api_base": provider.base_url,
-                            "service_tier": tier,
-                            "call_timeout": 180,
-                        },
+                        "model": model,
                         "agent": {"termination": "iterations", "max_iterations": 40},
                         "runtime.batch": {"gather_seconds": 0.5, "poll_seconds": 0.2},
                         "judge.model": {"name": "offline/exact-match-judge"},
                         "retrieval.index_root": str(Path(tmp) / "indexes"),
                     },
                 )
-                run_dir = Path(tmp) / tier
+                run_dir = Path(tmp) / f"{name}-{tier}-{cached}"
                 started = time.monotonic()
                 summary = run_local(config, run_dir, concurrency=4, log=lambda _m: None)
                 makespan = time.monotonic() - started
-                billed = bill_usage(provider.bill.get((tier, "gpt-5")))
+                billed = bill_usage(provider.bill.get((tier, on_route)))
                 batches = len({r.batch_id for r in provider.requests if r.batch_id})
             metrics = finish(config, run_dir, lambda _m: None)
-            price = pricing.price("gpt-5", tier)
+            price = pricing.price(name, tier)
             assert price is not None and metrics.cost_usd is not None
             trajectories = _trajectories(run_dir, config)
-            baseline = baseline or trajectories
-            standard_cost = standard_cost or metrics.cost_usd
+            baseline, standard_cost = baselines.setdefault(name, (trajectories, metrics.cost_usd))
             turns = sum(len(orjson.loads(t)) - 1 for t in trajectories.values())
             lines.append(
-                f"| {tier} | {summary.queries} | {turns / max(1, len(trajectories)):.1f} "
+                f"| {name} | {tier}{' + 1 h cache' if cached else ''} | {summary.queries} "
+                f"| {turns / max(1, len(trajectories)):.1f} "
                 f"| {'yes' if trajectories == baseline else 'NO'} "
                 f"| {100 * (metrics.accuracy.value or 0):.1f} % "
                 f"| {100 * (metrics.recall['surfaced']['evidence'].macro.value or 0):.1f} % "
                 f"| ${metrics.cost_usd:.4f} | ${price.cost(billed):.4f} "
                 f"| {metrics.cost_usd / standard_cost:.3f} | {batches} | {makespan:.1f} s |"
             )
-        lines += _judges(Path(tmp) / "standard", args, pricing)
+        lines += _judges(Path(tmp) / "gpt-5-standard-False", args, pricing)
     lines.append(
         "\nThe bill is the run's cost plus the one-word model check before each run (no query "
         "holds it; at the batch tier the check is a standard call, billed apart). The first "
-        "tier's makespan includes building the sample's index. The offline provider answers "
+        "row's makespan includes building the sample's index. The offline provider answers "
         "flex as fast as standard, so only the batch tier's makespan says something: its "
-        "turns wait for their batch."
+        "turns wait for their batch. With the 1-hour cache, each turn of a query reads the "
+        "prefix its turn before wrote (in the batch before)."
     )
     append_results(lines)
 
