@@ -109,16 +109,17 @@ def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
     assert created and sorted(created) == sorted(r["closed"] for r in ledger if "closed" in r)
 
 
+@pytest.mark.parametrize("judge", list(JUDGES))
 def test_errored_and_expired_requests_go_into_the_next_batch_never_scored_wrong(
-    tmp_path: Path, index_root: Path, sample_index: Path
+    tmp_path: Path, index_root: Path, sample_index: Path, judge: str
 ) -> None:
     rough = BatchConfig(completion_seconds=0.1, error_rate=0.3, expire_rate=0.3)
     with OfflineProvider(_served(rough)) as provider:
-        config = _config(tmp_path, index_root, provider.base_url, "batch", "rough")
+        config = _config(tmp_path, index_root, provider.base_url, "batch", "rough", judge)
         assert _run(config, tmp_path / "rough") == 0
         requests = [r for r in provider.requests if r.batch_id is not None]
     with OfflineProvider(_served(BatchConfig())) as provider:
-        config = _config(tmp_path, index_root, provider.base_url, "standard", "calm")
+        config = _config(tmp_path, index_root, provider.base_url, "standard", "calm", judge)
         assert _run(config, tmp_path / "calm") == 0
     ledger = [
         orjson.loads(x)
@@ -127,7 +128,7 @@ def test_errored_and_expired_requests_go_into_the_next_batch_never_scored_wrong(
     ]
     batches = {r["batch_id"] for r in ledger if "batch_id" in r}
     assert len(batches) >= 2  # something errored or expired, and went into a next batch
-    rough_verdicts, calm = _verdicts(tmp_path / "rough"), _verdicts(tmp_path / "calm")
+    rough_verdicts, calm = _verdicts(tmp_path / "rough", judge), _verdicts(tmp_path / "calm", judge)
     assert all(v["status"] == "judged" for v in rough_verdicts.values())
     assert {q: v["correct"] for q, v in rough_verdicts.items()} == {
         q: v["correct"] for q, v in calm.items()

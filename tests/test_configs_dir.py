@@ -53,7 +53,7 @@ def test_the_paper_models_have_their_routes_keys_and_prices(
 def test_the_batch_configs_are_valid_and_priced_at_the_batch_tier(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`configs/models/batch/` (the paper's OpenAI models at the batch tier) and
+    """`configs/models/batch/` (the paper's OpenAI and Anthropic models at the batch tier) and
     `configs/batch_offline.yaml` (the sample at the batch tier, rehearsed on the offline
     provider under real names and prices) pass preflight; the rehearsal's standard twin
     differs only in the tier."""
@@ -61,6 +61,7 @@ def test_the_batch_configs_are_valid_and_priced_at_the_batch_tier(
     from piserini_ray.preflight import preflight
 
     monkeypatch.setenv("OPENAI_API_KEY", "set-for-the-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "set-for-the-test")
     table = load_pricing()
     for path in sorted((CONFIGS / "models" / "batch").glob("*.yaml")):
         config = load_config(None, {"model": str(path), "agent": {"termination": "iterations"}})
