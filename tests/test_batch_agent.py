@@ -121,7 +121,8 @@ def test_batched_turns_give_the_standard_trajectories_at_half_the_bill(
             assert line.requests == len(sent) == len(set(sent)) > QUERIES  # many turns each
             assert bill[("standard", on_route)].requests == 1  # the one-word model check only
     assert _trajectories(tmp_path / "batch") == _trajectories(tmp_path / "standard")
-    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], rel=1e-3) and costs["batch"]
+    # summary.json rounds to 4 digits
+    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], abs=1e-4) and costs["batch"]
     records = _rows(tmp_path / "batch" / "records.jsonl")
     # The queue is recorded as waiting, never as model time (which the budget charges).
     turns = [t for r in records for t in r["trajectory"]]
