@@ -372,32 +372,40 @@ def test_tune_bm25_puts_every_backend_floor_beside_the_best_cell(
     assert row[1] == f"{100 * chosen['metrics']['evidence_recall@1000']:.2f}%"
 
 
+@pytest.mark.parametrize("route", ["openai/gpt-5", "anthropic/claude-haiku-4-5"])
 def test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier(
-    sample_index, index_root, tmp_path
+    sample_index, index_root, tmp_path, route: str
 ) -> None:
     """`model.service_tier: batch` on Ray: the replicas hand every turn to the run's batcher
-    actor on the driver's node, whose first batch holds the first turn of every query; the
-    trajectories are those of the standard tier (run locally), at half the cost."""
+    actor on the driver's node (OpenAI's Batch API, or Anthropic's Message Batches), whose first
+    batch holds the first turn of every query; the trajectories are those of the standard tier
+    (run locally), at half the cost."""
     from piserini_ray.config.offline import BatchConfig
     from piserini_ray.pipeline import run_local
 
+    provider_name, on_route = route.split("/")
     served = OfflineConfig(
-        model_aliases={"gpt-5": "offline/heuristic"}, batch=BatchConfig(completion_seconds=0.1)
+        model_aliases={on_route: "offline/heuristic"}, batch=BatchConfig(completion_seconds=0.1)
     )
     trajectories, costs = {}, {}
     for tier in ("standard", "batch"):
         with OfflineProvider(served) as provider:
+            model = {"name": on_route, "litellm_model": route, "api_base": provider.base_url,
+                     "service_tier": tier}  # fmt: skip
+            if provider_name == "anthropic":  # litellm adds /v1/messages to the host itself
+                model |= {"name": "claude-haiku-4.5", "max_output_tokens": 2048,
+                          "prompt_caching": "off",
+                          "api_base": provider.base_url.removesuffix("/v1")}  # fmt: skip
             config = _config(
                 index_root,
                 **{
                     "slice.sample": 4,
                     "slice.seed": 2,
-                    "model": {"name": "gpt-5", "litellm_model": "openai/gpt-5",
-                              "api_base": provider.base_url, "service_tier": tier},
+                    "model": model,
                     "agent": {"termination": "iterations", "max_iterations": 12},
                     "runtime.batch": {"gather_seconds": 0.5, "poll_seconds": 0.05},
                 },
-            )  # fmt: skip
+            )
             run_dir = tmp_path / tier
             if tier == "batch":
                 (summary,) = run_on_ray([(config, run_dir)], lambda _m: None)
@@ -413,7 +421,8 @@ def test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier
             for r in rows
         }
     assert trajectories["batch"] == trajectories["standard"]
-    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], rel=1e-3)
+    # summary costs are rounded to 4 digits
+    assert costs["batch"] == pytest.approx(0.5 * costs["standard"], abs=1e-4)
     first = min(batched, key=lambda r: r.seq).batch_id
     assert sum(1 for r in batched if r.batch_id == first) == 4  # every query's first turn
     ledger = (tmp_path / "batch" / "agent_batches.jsonl").read_bytes().splitlines()
