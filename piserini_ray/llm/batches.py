@@ -18,6 +18,7 @@ batch. Batches are split at OpenAI's limits (50,000 requests, 200 MB), within An
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import io
 from collections.abc import Callable, Iterator
@@ -111,7 +112,7 @@ def _line(request: BatchRequest) -> bytes:
     )
 
 
-class ProviderBatches:
+class ProviderBatches(abc.ABC):
     """The batch API of one account (`api_base`, `api_key`) at one provider: `submit` is the
     provider's own; polling and reading the results go through litellm's batches and files
     calls."""
@@ -126,9 +127,9 @@ class ProviderBatches:
         if api_key:
             self._auth["api_key"] = api_key
 
+    @abc.abstractmethod
     async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
         """Create a batch of the requests (chat bodies); its id."""
-        raise NotImplementedError
 
     async def close(self) -> None:
         """Close litellm's cached HTTP clients while their event loop still runs (litellm
@@ -212,8 +213,7 @@ class OpenAIBatches(ProviderBatches):
 class AnthropicBatches(ProviderBatches):
     """Anthropic's Message Batches: the chat bodies as Messages params in one request.
 
-    `api_base` is the host (litellm's Anthropic calls add `/v1/...` themselves); a base that
-    ends in `/v1`, as the offline provider's does, is taken without it. With `cache` (the
+    `api_base` is the host (litellm's Anthropic calls add `/v1/...` themselves). With `cache` (the
     model's `prompt_caching: auto`) each request marks its system prompt and its last message
     for the 1-hour cache: a batch can wait longer than the 5-minute cache lives, and the next
     turn of the query, in the next batch, reads the prefix its turn before wrote (1-hour writes
@@ -221,17 +221,15 @@ class AnthropicBatches(ProviderBatches):
     """
 
     provider = "anthropic"
-    VERSION = "2023-06-01"
 
     def __init__(self, api_base: str | None, api_key: str | None, cache: bool = False) -> None:
-        base = api_base.rstrip("/").removesuffix("/v1") if api_base else None
-        super().__init__(base, api_key)
-        self._host = base or "https://api.anthropic.com"
-        self._key = api_key
+        super().__init__(api_base, api_key)
         self._cache = cache
 
     async def submit(self, requests: list[BatchRequest], metadata: dict[str, str]) -> str:
-        """One `POST /v1/messages/batches` (metadata is not part of Anthropic's request)."""
+        """One `POST /v1/messages/batches` (metadata is not part of Anthropic's request), to
+        the URL and with the headers litellm's own Anthropic batch calls use."""
+        from litellm.llms.anthropic.batches.transformation import AnthropicBatchesConfig
         from litellm.llms.custom_httpx.http_handler import get_async_httpx_client
         from litellm.types.utils import LlmProviders
 
@@ -241,14 +239,13 @@ class AnthropicBatches(ProviderBatches):
                 for r in requests
             ]
         }
-        headers = {"anthropic-version": self.VERSION, "content-type": "application/json"}
-        if self._key:
-            headers["x-api-key"] = self._key
+        config = AnthropicBatchesConfig()
+        key, base = self._auth.get("api_key"), self._auth.get("api_base")
+        headers = config.validate_environment({}, "", [], {}, {}, api_key=key, api_base=base)
+        url = config.get_complete_batch_url(base, key, "", {}, {}, {})
         client = get_async_httpx_client(llm_provider=LlmProviders.ANTHROPIC)
         try:
-            response = await client.post(
-                f"{self._host}/v1/messages/batches", headers=headers, data=orjson.dumps(body)
-            )
+            response = await client.post(url, headers=headers, data=orjson.dumps(body))
         except httpx.HTTPStatusError as error:  # litellm's handler raises on any non-2xx
             raise BatchRefused(
                 f"Anthropic refused the Message Batch: HTTP {error.response.status_code} "

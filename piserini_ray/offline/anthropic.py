@@ -251,8 +251,8 @@ class PromptCache:
         ends); the tokens a breakpoint writes are billed at its `ttl`. Entries do not expire
         here."""
         digest = hashlib.sha256(scope.encode()).digest()
-        prefixes: list[tuple[bytes, int, bool]] = []  # (digest, tokens so far, breakpoint)
-        ttls: list[str] = []  # each block's cache_control ttl, "" when unmarked
+        # (digest, tokens so far, the block's cache_control ttl or "" when it has no mark)
+        prefixes: list[tuple[bytes, int, str]] = []
         total = 0
         for role, block in _prompt_blocks(body):
             bare = _bare(block)
@@ -260,9 +260,9 @@ class PromptCache:
             digest = hashlib.sha256(
                 digest + orjson.dumps([role, bare], option=orjson.OPT_SORT_KEYS)
             ).digest()
-            prefixes.append((digest, total, "cache_control" in block))
-            ttls.append(block["cache_control"].get("ttl", "5m") if "cache_control" in block else "")
-        breakpoints = [i for i, (_, _, marked) in enumerate(prefixes) if marked]
+            mark = block.get("cache_control")
+            prefixes.append((digest, total, mark.get("ttl", "5m") if mark else ""))
+        breakpoints = [i for i, (_, _, ttl) in enumerate(prefixes) if ttl]
         read = 0
         for b in breakpoints:
             for i in range(b, max(-1, b - LOOKBACK_BLOCKS - 1), -1):
@@ -272,11 +272,11 @@ class PromptCache:
                     break
         written, written_1h = read, 0  # each breakpoint writes what the one before did not
         for b in breakpoints:
-            found, tokens, _ = prefixes[b]
+            found, tokens, ttl = prefixes[b]
             if tokens >= MIN_CACHEABLE_TOKENS:
                 self._entries.add(found)
                 if tokens > written:
-                    if ttls[b] == "1h":
+                    if ttl == "1h":
                         written_1h += tokens - written
                     written = tokens
         creation = written - read
