@@ -5,6 +5,10 @@ non-empty `reasoning` and a non-empty `correct_answer` is a parse error; the jud
 again (`judge.max_parse_retries`), and a query that still has no verdict is `judge_failed`:
 reported as such, never scored as wrong. A query that ended without an answer (timeout, failed)
 is incorrect by rule and costs no call. Verdicts are written as they come, so judging resumes.
+
+`judge.template: browsecomp-plus` sends BrowseComp-Plus's grader prompt verbatim instead and
+reads the reply as their evaluator does (`parse_browsecomp_plus`): there, the `confidence` is
+the one the judge extracts from the response, and only a missing `correct` is a parse error.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -44,12 +48,121 @@ and small differences of numeric formatting are allowed. No extractable answer i
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.I)
 
+#: BrowseComp-Plus's grader prompt, verbatim (a raw string keeps their `\%`): `GRADER_TEMPLATE`
+#: of scripts_evaluation/evaluate_run.py in github.com/texttron/BrowseComp-Plus at 97c637c
+#: (identical at b90a68c). Their evaluator fills it with .format(question, response,
+#: correct_answer) and sends it as the one user message, with no response format.
+BROWSECOMP_PLUS_GRADER = r"""
+Judge whether the following [response] to [question] is correct or not based on the precise and unambiguous [correct_answer] below.
+
+[question]: {question}
+
+[response]: {response}
+
+[correct_answer]: {correct_answer}
+
+Your judgement must be in the format and criteria specified below:
+
+extracted_final_answer: The final exact answer extracted from the [response]. 
+
+[correct_answer]: Repeat the [correct_answer] given above.
+
+reasoning: Explain why the extracted_final_answer is correct or incorrect based on [correct_answer], in the context of this [question]. You should judge whether the extracted_final_answer is semantically equivalent to [correct_answer], allowing the extracted_final_answer to be string variations of [correct_answer]. You should also allow the extracted_final_answer to be more precise or verbose than [correct_answer], as long as its additional details are correct. Do not comment on any background to the problem, do not attempt to solve the problem, do not argue for any answer different than [correct_answer], focus only on whether the answers are semantically equivalent.
+
+correct: Answer 'yes' if extracted_final_answer matches the [correct_answer] given above, or is within a small margin of error for numerical problems. Answer 'no' otherwise, i.e. if there if there is any inconsistency, ambiguity, non-equivalency, or if the extracted answer is incorrect.
+
+
+confidence: The extracted confidence score between 0|\%| and 100|\%| from [response]. Put 100 if there is no confidence score available.
+""".strip()  # noqa: E501, W291 (their text, verbatim)
+
+Template = Literal["piserini", "browsecomp-plus"]
+
+# Their parse_judge_response's patterns, in their order (bold first, then plain), same flags.
+_BCP_ANSWER = [
+    re.compile(r"\*\*extracted_final_answer:\*\*\s*(.*?)(?=\n|$)", re.I | re.S),
+    re.compile(r"\*\*extracted_final_answer\*\*:\s*(.*?)(?=\n|$)", re.I | re.S),
+    re.compile(r"extracted_final_answer:\s*(.*?)(?=\n|$)", re.I | re.S),
+]
+_BCP_REASONING = [
+    re.compile(
+        r"\*\*reasoning:\*\*\s*(.*?)(?=\n\*\*correct:\*\*|\n\*\*correct\*\*:|\ncorrect:|$)",
+        re.I | re.S,
+    ),
+    re.compile(
+        r"\*\*reasoning\*\*:\s*(.*?)(?=\n\*\*correct:\*\*|\n\*\*correct\*\*:|\ncorrect:|$)",
+        re.I | re.S,
+    ),
+    re.compile(r"reasoning:\s*(.*?)(?=\ncorrect:|$)", re.I | re.S),
+]
+_BCP_CORRECT = [
+    re.compile(r"\*\*correct:\*\*\s*(yes|no)", re.I),
+    re.compile(r"\*\*correct\*\*:\s*(yes|no)", re.I),
+    re.compile(r"correct:\s*(yes|no)", re.I),
+]
+_BCP_CONFIDENCE = [
+    re.compile(r"\*\*confidence:\*\*\s*(\d+(?:\.\d+)?)\s*%?", re.I),
+    re.compile(r"\*\*confidence\*\*:\s*(\d+(?:\.\d+)?)\s*%?", re.I),
+    re.compile(r"confidence:\s*(\d+(?:\.\d+)?)\s*%?", re.I),
+]
+
+
+def _first(patterns: list[re.Pattern[str]], text: str) -> re.Match[str] | None:
+    return next((m for p in patterns if (m := p.search(text))), None)
+
+
+def parse_browsecomp_plus(content: str | None, correct_answer: str) -> dict[str, Any]:
+    """A reply to `BROWSECOMP_PLUS_GRADER` read as their `parse_judge_response` reads it
+    (evaluate_run.py, 97c637c): the first bold or plain `extracted_final_answer:`, `reasoning:`
+    (up to the `correct:` line), `correct: yes|no` and `confidence: N` (capped at 100). As
+    theirs, only a missing `correct` is a parse error; a missing confidence is kept as None
+    (their calibration leaves such an answer out). `correct_answer` is the gold we gave: their
+    parser does not read the judge's repetition of it."""
+    text = content or ""
+    correct = _first(_BCP_CORRECT, text)
+    if not text or correct is None:
+        raise JudgeParseError(f"no `correct: yes|no` line: {text[:200]!r}")
+    answer = _first(_BCP_ANSWER, text)
+    reasoning = _first(_BCP_REASONING, text)
+    confidence = _first(_BCP_CONFIDENCE, text)
+    return {
+        "correct": correct.group(1).lower() == "yes",
+        "confidence": None if confidence is None else min(100.0, float(confidence.group(1))),
+        "reasoning": None if reasoning is None else reasoning.group(1).strip(),
+        "correct_answer": correct_answer,
+        "extracted_final_answer": None if answer is None else answer.group(1).strip(),
+        "template": "browsecomp-plus",
+    }
+
+
+def response_format(template: Template) -> dict[str, Any] | None:
+    """Ours asks for JSON; their evaluator sends its prompt with no response format."""
+    return {"type": "json_object"} if template == "piserini" else None
+
+
+def _format_field(template: Template) -> dict[str, Any]:
+    wanted = response_format(template)
+    return {} if wanted is None else {"response_format": wanted}
+
+
+def parse_verdict(content: str | None, template: Template, query: Query) -> dict[str, Any]:
+    """The verdict fields of a reply to `template`'s prompt, or `JudgeParseError`."""
+    if template == "browsecomp-plus":
+        return parse_browsecomp_plus(content, query.answer)
+    return parse_judgement(content)
+
 
 class JudgeParseError(ValueError):
     pass
 
 
-def judge_messages(query: Query, response: str) -> list[dict[str, Any]]:
+def judge_messages(
+    query: Query, response: str, template: Template = "piserini"
+) -> list[dict[str, Any]]:
+    if template == "browsecomp-plus":  # theirs, filled as their create_judge_prompt does
+        prompt = BROWSECOMP_PLUS_GRADER.format(
+            question=query.query, response=response, correct_answer=query.answer
+        )
+        return [{"role": "user", "content": prompt}]
     accepted = f"[accepted_answers]: {' | '.join(query.aliases)}\n" if query.aliases else ""
     prompt = JUDGE_PROMPT.format(
         question=query.query, response=response, correct_answer=query.answer, accepted=accepted
@@ -87,7 +200,11 @@ def parse_judgement(content: str | None) -> dict[str, Any]:
 
 
 async def judge_one(
-    client: LLMClient, query: Query, record: QueryRecord, max_parse_retries: int
+    client: LLMClient,
+    query: Query,
+    record: QueryRecord,
+    max_parse_retries: int,
+    template: Template = "piserini",
 ) -> Judgement:
     model = client.model.name
     if record.status != "completed" or not record.final_answer:
@@ -99,6 +216,7 @@ async def judge_one(
             correct_answer=query.answer,
             confidence=100.0,
             reasoning=f"no response to judge: the query ended as {record.status}",
+            template=template,
         )
     usage = Usage()
     problems: list[str] = []
@@ -107,15 +225,15 @@ async def judge_one(
         attempts += 1
         try:
             completion = await client.complete(
-                judge_messages(query, record.final_answer),
-                response_format={"type": "json_object"},
+                judge_messages(query, record.final_answer, template),
+                response_format=response_format(template),
             )
         except RetryError as e:
             problems.append(str(e))
             break  # transport failures were already retried by the client
         usage = usage + completion.usage
         try:
-            verdict = parse_judgement(completion.content)
+            verdict = parse_verdict(completion.content, template, query)
         except JudgeParseError as e:
             problems.append(f"parse error: {e}")
             continue
@@ -134,6 +252,7 @@ async def judge_one(
         attempts=attempts,
         usage=usage,
         error="; ".join(problems)[-1000:],
+        template=template,
     )
 
 
@@ -142,6 +261,7 @@ async def judge_many(
     items: list[tuple[Query, QueryRecord]],
     max_parse_retries: int,
     concurrency: int,
+    template: Template = "piserini",
 ) -> AsyncGenerator[Judgement, None]:
     """Judge every (query, record), `concurrency` at once, yielding each verdict as it comes
     (both engines use this: the caller writes each one before the next is awaited)."""
@@ -149,7 +269,7 @@ async def judge_many(
 
     async def one(query: Query, record: QueryRecord) -> Judgement:
         async with gate:
-            return await judge_one(client, query, record, max_parse_retries)
+            return await judge_one(client, query, record, max_parse_retries, template)
 
     tasks = [asyncio.ensure_future(one(q, r)) for q, r in items]
     try:
@@ -182,7 +302,11 @@ async def judge_records(
         log(f"judging {len(todo)} answers with {model.name} ({len(done)} judged before)")
         items = [(queries[r.query_id], r) for r in todo]
         async for judgement in judge_many(
-            client, items, config.judge.max_parse_retries, config.judge.concurrency
+            client,
+            items,
+            config.judge.max_parse_retries,
+            config.judge.concurrency,
+            config.judge.template,
         ):
             store.append_judgement(judgement)
             done[judgement.query_id] = judgement
@@ -230,7 +354,9 @@ async def _judge_in_batches(
     batch = _BatchJudging(config, store, queries, api, log)
     for record in todo:
         if record.status != "completed" or not record.final_answer:  # wrong by rule, no call
-            store.append_judgement(await judge_one(client, queries[record.query_id], record, 0))
+            store.append_judgement(
+                await judge_one(client, queries[record.query_id], record, 0, config.judge.template)
+            )
         else:
             batch.pending[record.query_id] = record
     for batch_id, ids in store.open_batches(model.name).items():
@@ -246,8 +372,10 @@ async def _judge_in_batches(
                 custom_id=f"r{round_}-{n}",
                 body=chat_body(
                     model,
-                    judge_messages(queries[query_id], record.final_answer or ""),
-                    response_format={"type": "json_object"},
+                    judge_messages(
+                        queries[query_id], record.final_answer or "", config.judge.template
+                    ),
+                    **_format_field(config.judge.template),
                 ),
             )
             for n, (query_id, record) in enumerate(batch.pending.items())
@@ -307,7 +435,9 @@ class _BatchJudging:
             self.attempts[query_id] = self.attempts.get(query_id, 0) + 1
             self.usage[query_id] = self.usage.get(query_id, Usage()) + result.usage
             try:
-                verdict = parse_judgement(result.content)
+                verdict = parse_verdict(
+                    result.content, self.config.judge.template, self.queries[query_id]
+                )
             except JudgeParseError as e:
                 self.problems.setdefault(query_id, []).append(f"parse error: {e}")
                 if self.attempts[query_id] > self.config.judge.max_parse_retries:
@@ -337,6 +467,7 @@ class _BatchJudging:
                 attempts=self.attempts.get(query_id, 0),
                 usage=self.usage.get(query_id, Usage()),
                 error=problems[-1000:],
+                template=self.config.judge.template,
             )
         )
         self.pending.pop(query_id, None)

@@ -414,7 +414,7 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
     of judges' agreement (every judge with verdicts in the run counts)."""
     from piserini_ray.report import write_run_reports
     from piserini_ray.report.agreement import judge_agreement
-    from piserini_ray.report.metrics import aggregate
+    from piserini_ray.report.metrics import aggregate, judge_calibration
     from piserini_ray.report.viewer import ViewerWriter
 
     benchmark = load_benchmark(config.benchmark)
@@ -441,7 +441,13 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         pricing = pricing_for(config)
         metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
         viewer.write_index(facts, pricing.model_price(config.model))
-    metrics = metrics.model_copy(update={"judge_agreement": agreement, "panel": panel})
+    metrics = metrics.model_copy(
+        update={
+            "judge_agreement": agreement,
+            "panel": panel,
+            "judge_calibration": judge_calibration(primary.name, agreement, panel),
+        }
+    )
     write_run_reports(metrics, Path(run_dir), viewer=True)
     return metrics
 

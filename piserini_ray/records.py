@@ -174,6 +174,9 @@ class Judgement(BaseModel):
     error: str | None = None
     attempts: int = 0
     usage: Usage = Usage()
+    #: The prompt the judge read (`judge.template`): under `browsecomp-plus` its `confidence`
+    #: is the one it extracted from the response, not its confidence in the verdict.
+    template: Literal["piserini", "browsecomp-plus"] = "piserini"
 
 
 class RunManifest(BaseModel):

@@ -325,6 +325,7 @@ NOT_RUN_IDENTITY = [
     "judge.model.service_tier",
     "judge.models.service_tier",
     "judge.batch_poll_seconds",
+    "judge.template",
     "runtime.batch",
     "runtime.batch.gather_seconds",
     "runtime.batch.poll_seconds",

@@ -599,6 +599,7 @@ class JudgeConfig(StrictModel):
         "concurrency",
         "seed",
         "batch_poll_seconds",
+        "template",
     )
 
     model: ModelConfig | None = None
@@ -613,6 +614,10 @@ class JudgeConfig(StrictModel):
     seed: int = 0  # bootstrap intervals of the report
     #: How often a judge at `service_tier: batch` asks whether its batch has finished.
     batch_poll_seconds: float = Field(30.0, gt=0)
+    #: The judge's prompt and reply format: ours (JSON, SPEC §6), or BrowseComp-Plus's grader
+    #: verbatim, its reply parsed as their evaluate_run.py parses it (`judge.py`). Each verdict
+    #: records its template; a verdict already given is not judged again when this changes.
+    template: Literal["piserini", "browsecomp-plus"] = "piserini"
 
     @model_validator(mode="after")
     def _one_way_to_name_the_judge(self) -> JudgeConfig:

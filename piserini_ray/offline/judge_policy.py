@@ -12,6 +12,11 @@ It reads the judge prompt in the last user message, whose fields start lines:
 
 takes the final answer from the response's `Exact Answer:` line and replies with the JSON of a
 judgement, decided by normalised string and numeric matching (see `match_rule`).
+
+BrowseComp-Plus's grader prompt (`judge.template: browsecomp-plus`) carries the same markers
+and asks for plain lines instead: the reply is then `extracted_final_answer:`, `[correct_answer]:`,
+`reasoning:`, `correct: yes|no` and `confidence:` (the response's own last `Confidence:` value,
+100 when it has none, as that prompt asks), in the order their parser reads.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ _MARKER = re.compile(r"^\[(question|response|correct_answer|accepted_answers)\]:
 # "Exact Answer: x", "**Exact Answer:** x", "**Exact answer**: x", "- exact answer: x", ...
 _EXACT = re.compile(r"^[\s>*_#\-]*exact[ \t]+answer[\s*_]*:[\s*_]*(.*)$", re.I)
 _FIELD = re.compile(r"^[\s>*_#\-]*(explanation|confidence|exact[ \t]+answer)[\s*_]*:", re.I)
+_CONFIDENCE = re.compile(r"^[\s>*_#\-]*confidence[\s*_]*:[\s*_]*(-?\d+(?:\.\d+)?)", re.I | re.M)
+# A line only BrowseComp-Plus's grader prompt has: it asks for plain lines, not JSON.
+_BCP_PROMPT = re.compile(r"^extracted_final_answer: The final exact answer", re.M)
 
 
 def _is_punctuation(ch: str) -> bool:
@@ -209,6 +217,26 @@ def judge(prompt: str, strictness: Strictness = "exact-match") -> dict[str, Any]
     return verdict
 
 
+def stated_confidence(response: str) -> float:
+    """The response's last `Confidence:` value, sign kept then clamped to 0-100; 100 when it
+    states none (what BrowseComp-Plus's grader prompt asks the judge to extract)."""
+    found = _CONFIDENCE.findall(response)
+    return 100.0 if not found else min(100.0, max(0.0, float(found[-1])))
+
+
+def browsecomp_plus_reply(prompt: str, strictness: Strictness = "exact-match") -> str:
+    """The judgement of a BrowseComp-Plus grader prompt, in the lines that prompt asks for."""
+    verdict = judge(prompt, strictness)
+    response = parse_judge_prompt(prompt).get("response", "")
+    return (
+        f"extracted_final_answer: {verdict['extracted_final_answer'] or 'None'}\n\n"
+        f"[correct_answer]: {verdict['correct_answer']}\n\n"
+        f"reasoning: {verdict['reasoning']}\n\n"
+        f"correct: {'yes' if verdict['correct'] else 'no'}\n\n"
+        f"confidence: {stated_confidence(response):g}"
+    )
+
+
 def _last_user_text(request: dict[str, Any]) -> str:
     for message in reversed(request.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "user":
@@ -218,10 +246,13 @@ def _last_user_text(request: dict[str, Any]) -> str:
 
 def judge_policy(strictness: Strictness) -> Callable[[dict[str, Any]], PolicyReply]:
     """A policy judging the last user message; the content is JSON (also under
-    `response_format`)."""
+    `response_format`), or the lines of BrowseComp-Plus's grader when that is the prompt."""
 
     def policy(request: dict[str, Any]) -> PolicyReply:
-        verdict = judge(_last_user_text(request), strictness)
+        prompt = _last_user_text(request)
+        if _BCP_PROMPT.search(prompt):
+            return PolicyReply(content=browsecomp_plus_reply(prompt, strictness))
+        verdict = judge(prompt, strictness)
         return PolicyReply(content=json.dumps(verdict, ensure_ascii=False))
 
     return policy

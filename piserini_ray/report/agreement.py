@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel
 
 from piserini_ray.data import Query
+from piserini_ray.metrics.calibration import calibration_error
 from piserini_ray.metrics.intervals import paired_interval
 from piserini_ray.metrics.paired import cohens_kappa
 from piserini_ray.records import Judgement
@@ -38,6 +39,29 @@ class JudgeAgreement(BaseModel):
     #: judge -> accuracy over the shared queries
     accuracy: dict[str, float | None]
     disagreements: list[Disagreement]
+    #: Judge calibration (no peer's convention): judge -> CE x 100 of its confidence in its own
+    #: verdict against agreeing with the other judge, over `calibration_queries`: the shared
+    #: answers both read under our template (`reads_own_confidence`).
+    calibration: dict[str, float | None] = {}
+    calibration_queries: int = 0
+
+
+def reads_own_confidence(verdict: Judgement) -> bool:
+    """A verdict whose `confidence` is the judge's own in an answer it read: a call was made
+    (a verdict by rule, on no response, makes none) under our template (theirs asks for the
+    response's confidence instead)."""
+    return (
+        verdict.status == "judged"
+        and verdict.attempts > 0
+        and verdict.template == "piserini"
+        and verdict.confidence is not None
+    )
+
+
+def own_calibration(judge: Sequence[Judgement], agrees: Sequence[bool]) -> float | None:
+    """CE x 100 of a judge's own confidences against whether it agreed (RMS, consecutive bins
+    of 100, every bin: the piserini binning, on another quantity)."""
+    return calibration_error([(v.confidence or 0.0) / 100 for v in judge], list(agrees))
 
 
 def judge_agreement(
@@ -60,6 +84,12 @@ def judge_agreement(
     ]
     a = [bool(verdicts[first][q.query_id].correct) for q in shared]
     b = [bool(verdicts[second][q.query_id].correct) for q in shared]
+    read = [
+        (verdicts[first][q.query_id], verdicts[second][q.query_id])
+        for q in shared
+        if all(reads_own_confidence(verdicts[j][q.query_id]) for j in (first, second))
+    ]
+    agrees = [x.correct == y.correct for x, y in read]
     return JudgeAgreement(
         first=first,
         second=second,
@@ -79,7 +109,16 @@ def judge_agreement(
             for q, x, y in zip(shared, a, b, strict=True)
             if x != y
         ],
+        calibration={
+            first: own_calibration([x for x, _ in read], agrees),
+            second: own_calibration([y for _, y in read], agrees),
+        },
+        calibration_queries=len(read),
     )
+
+
+def _ce(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 def _cell(text: str | None, limit: int = 120) -> str:
@@ -96,11 +135,14 @@ def agreement_markdown(pairs: Sequence[JudgeAgreement]) -> str:
         "### Judge agreement",
         "",
         "Over the queries both judges gave a verdict on; kappa is Cohen's, with a 95 % "
-        "bootstrap interval over queries.",
+        "bootstrap interval over queries. Judge calibration: each judge's confidence in its own "
+        "verdict against agreeing with the other (CE x 100, bins of 100; over the answers both "
+        "read under our template; n/a under browsecomp-plus's, whose confidence is the "
+        "response's).",
         "",
         "| judges | queries | raw agreement % | Cohen's κ [95% CI] | accuracy % (first) | "
-        "accuracy % (second) | disagreements |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "accuracy % (second) | disagreements | judge calibration (first / second) |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
     ]
 
     for p in pairs:
@@ -110,7 +152,8 @@ def agreement_markdown(pairs: Sequence[JudgeAgreement]) -> str:
         lines.append(
             f"| {p.first} vs {p.second} | {p.queries} | {percent(p.raw_agreement)} | {kappa} | "
             f"{percent(p.accuracy[p.first])} | {percent(p.accuracy[p.second])} | "
-            f"{len(p.disagreements)} |"
+            f"{len(p.disagreements)} | {_ce(p.calibration.get(p.first))} / "
+            f"{_ce(p.calibration.get(p.second))} ({p.calibration_queries} answers) |"
         )
     for p in pairs:
         if not p.disagreements:

@@ -24,7 +24,15 @@ class QueryFacts(BaseModel):
     verdict: str | None  # judged | judge_failed | None (not judged)
     correct: bool | None
     agent_confidence: float
+    #: The judge read a response (completed with a final answer); else it is wrong by rule,
+    #: as BrowseComp-Plus's evaluator leaves it out of calibration.
+    answered: bool = True
+    #: The judge's confidence in its verdict (None under the browsecomp-plus template).
     judge_confidence: float | None
+    #: The response's confidence as a browsecomp-plus-template judge extracted it (else None).
+    extracted_confidence: float | None = None
+    #: The prompt the verdict's judge read (`Judgement.template`); None without a verdict.
+    verdict_template: str | None = None
     recall: dict[str, dict[str, tuple[int, int] | None]]  # set -> kind -> (hits, relevant)
     depth: dict[str, dict[int, tuple[int, int] | None]]  # kind -> k -> (hits, relevant)
     usage: Usage
@@ -66,6 +74,9 @@ def query_facts(
     evidence = {d for d, rel in qrels["evidence"].get(record.query_id, {}).items() if rel > 0}
     hops = _HOPS.match(record.query_id)
     source = record.imported
+    # Whose confidence the verdict carries: the judge's own, or the response's (their template).
+    template = None if judgement is None else judgement.template
+    confidence = None if judgement is None or judgement.confidence is None else judgement.confidence
 
     return QueryFacts(
         query_id=record.query_id,
@@ -74,9 +85,12 @@ def query_facts(
         verdict=judgement.status if judgement else None,
         correct=judgement.correct if judgement else None,
         agent_confidence=min(100.0, max(0.0, record.confidence)) / 100,
-        judge_confidence=None
-        if judgement is None or judgement.confidence is None
-        else judgement.confidence / 100,
+        answered=record.status == "completed" and bool(record.final_answer),
+        judge_confidence=None if confidence is None or template != "piserini" else confidence / 100,
+        extracted_confidence=None
+        if confidence is None or template != "browsecomp-plus"
+        else confidence / 100,
+        verdict_template=template,
         # A set the record's format lacks counts nowhere (None), as a query without evidence.
         recall={
             name: {

@@ -52,6 +52,16 @@ def _tokens(m: RunMetrics) -> str:
     )
 
 
+def _judge_calibration(m: RunMetrics) -> str:
+    """The judge's own confidence against agreement: a figure of ours, never a peer's."""
+    head = "Judge calibration (the judge's confidence in its own verdict against agreement): "
+    if m.judge_calibration:
+        return head + ", ".join(f"{k} {_num(v)}" for k, v in m.judge_calibration.items()) + "."
+    if m.judge_template == "browsecomp-plus":
+        return head + "n/a (the browsecomp-plus template asks for the response's confidence)."
+    return head + "n/a (no second judge or panel to agree with)."
+
+
 def imported_markdown(m: RunMetrics) -> list[str]:
     """The line an imported run carries: where it came from and which figures its format
     cannot give (n/a in every table, never a 0 that would read as measured)."""
@@ -148,8 +158,15 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
                 if m.calibration_queries < 100
                 else ""
             )
-            + f", browsecomp-plus convention (the judge's confidence) "
-            f"{_num(m.calibration_error['browsecomp-plus'])}.",
+            + f", browsecomp-plus convention (the {m.calibration_queries_browsecomp_plus} "
+            "answers the judge read, the agent's stated confidence as their grader extracts "
+            f"it) {_num(m.calibration_error['browsecomp-plus'])}"
+            + (
+                " (undefined under 200 answers)"
+                if m.calibration_queries_browsecomp_plus < 200
+                else ""
+            )
+            + f". {_judge_calibration(m)}",
             "",
             "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
             "|---|---|---|---|---|",

@@ -50,9 +50,18 @@ CONVENTION_NOTES = {
     "calibration.piserini": "completed queries with a verdict; the agent's last 'Confidence:' "
     "line, sign kept, clamped to 0-100 (100 when missing); stable sort; consecutive bins of "
     "100, the last holding the rest; every bin summed (SPEC §7)",
-    "calibration.browsecomp-plus": "judged queries; the judge's confidence; bins of 100, the "
-    "last stretched to the end and left out of the sum; undefined under 200; stable sort (their "
-    "numpy sort is not: with tied confidences the two may differ) (SPEC §7)",
+    "calibration.browsecomp-plus": "the queries their evaluator judges (completed, with a "
+    "response) that have a verdict; the agent's stated confidence, as their grader's "
+    "`confidence` field extracts it from the response (our parsed 'Confidence:' value, 100 when "
+    "missing; under judge.template browsecomp-plus the judge's extracted value, as their "
+    "evaluate_run.py); bins of 100, the last stretched to the end and left out of the sum; "
+    "undefined under 200; stable sort (their numpy sort is not: with tied confidences the two "
+    "may differ) (SPEC §7)",
+    "judge_calibration": "not a peer's convention: the judge's confidence in its own verdict "
+    "against agreement with a second judge (or with the panel's majority), over the answers "
+    "both judged by reading them; RMS over consecutive bins of 100, every bin; n/a without a "
+    "second judge or panel, and under judge.template browsecomp-plus (its `confidence` is the "
+    "response's, not the judge's)",
 }
 
 
@@ -91,6 +100,11 @@ class RunMetrics(BaseModel):
     calibration_default: str = "piserini"
     #: The queries the piserini convention covers: the completed ones with a verdict.
     calibration_queries: int = 0
+    #: The queries the browsecomp-plus convention covers: those the judge read (completed,
+    #: with a response) that have a verdict (and, under their template, a confidence).
+    calibration_queries_browsecomp_plus: int = 0
+    #: `judge.template`: which prompt the judge read, so which confidence it returned.
+    judge_template: str = "piserini"
     #: How each convention-bearing figure was computed, in words, so summary.json says it.
     conventions: dict[str, str] = Field(default_factory=lambda: dict(CONVENTION_NOTES))
     recall: dict[str, dict[str, RecallFigures]]  # set -> qrels kind -> figures
@@ -126,11 +140,31 @@ class RunMetrics(BaseModel):
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
     #: A judge panel's figures (`judge.models`): the run's verdicts are its majority.
     panel: PanelSummary | None = None
+    #: Judge calibration (`conventions["judge_calibration"]`): "<judge> vs <other>" -> CE x 100
+    #: of the judge's own confidence against agreeing with the other; empty when there is no
+    #: second judge or panel (n/a).
+    judge_calibration: dict[str, float | None] = Field(default_factory=dict)
     #: Figures an imported run's format cannot give (`UNAVAILABLE_FIGURES`) -> why: they are
     #: None (n/a), never 0. Empty for a run of our own.
     unavailable: dict[str, str] = Field(default_factory=dict)
     #: Where an imported run's records came from: "<format> (<folder>)", one per source.
     imported_from: list[str] = Field(default_factory=list)
+
+
+def judge_calibration(
+    judge: str, pairs: list[JudgeAgreement], panel: PanelSummary | None
+) -> dict[str, float | None]:
+    """`RunMetrics.judge_calibration`: the run's judge's (each panel judge's) confidence in its
+    own verdict against agreeing with the panel's majority or a second judge; empty (n/a)
+    when there is neither."""
+    figures: dict[str, float | None] = {}
+    if panel is not None:
+        for name, value in panel.calibration.items():
+            figures[f"{name} vs the panel's majority"] = value
+    for p in pairs:
+        if p.first == judge:
+            figures[f"{p.first} vs {p.second}"] = p.calibration.get(p.first)
+    return figures
 
 
 def _estimate(values: list[float], seed: int) -> Estimate:
@@ -201,6 +235,25 @@ def _policy(config: RunConfig) -> str:
     )
 
 
+def _browsecomp_plus_calibrated(judged: list[QueryFacts]) -> list[tuple[float, bool]]:
+    """(confidence, correct) of BrowseComp-Plus's calibration, as their evaluate_run.py picks
+    them: only the answers its judge reads (a query that did not complete or gave no response
+    is a parse error there: wrong, but out of calibration), with the confidence their grader
+    extracts from the *response*, never the judge's own: ours parsed from its `Confidence:`
+    line (100 when missing), or, for a verdict under their template, the judge's extracted
+    value (a reply without one is left out, as theirs is)."""
+    pairs = []
+    for f in judged:
+        if f.status != "completed" or not f.answered:
+            continue
+        if f.verdict_template == "browsecomp-plus":
+            if f.extracted_confidence is not None:
+                pairs.append((f.extracted_confidence, bool(f.correct)))
+        else:
+            pairs.append((f.agent_confidence, bool(f.correct)))
+    return pairs
+
+
 def aggregate(
     config: RunConfig,
     run_dir: Path,
@@ -218,14 +271,13 @@ def aggregate(
     # piserini: completed queries with a verdict, as Pi-Serini's evaluator (timeouts and
     # failures count as wrong in accuracy but stay out of calibration).
     calibrated = [f for f in judged if f.status == "completed"]
+    bcp = _browsecomp_plus_calibrated(judged)
     calibration = {
         "piserini": calibration_error(
             [f.agent_confidence for f in calibrated], [bool(f.correct) for f in calibrated]
         ),
         "browsecomp-plus": calibration_error(
-            [1.0 if f.judge_confidence is None else f.judge_confidence for f in judged],
-            right,
-            "browsecomp-plus",
+            [c for c, _ in bcp], [r for _, r in bcp], "browsecomp-plus"
         ),
     }
     assert set(calibration) == set(CONVENTIONS)
@@ -278,6 +330,8 @@ def aggregate(
             [x for x, f in zip(scored, facts, strict=True) if f.status == "completed"], seed
         ),
         calibration_queries=len(calibrated),
+        calibration_queries_browsecomp_plus=len(bcp),
+        judge_template=config.judge.template,
         calibration_error=calibration,
         recall=recall,
         depth_curve=depth,

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from piserini_ray.metrics.paired import fleiss_kappa
 from piserini_ray.records import Judgement, Usage
 from piserini_ray.report._format import percent
+from piserini_ray.report.agreement import own_calibration, reads_own_confidence
 
 Ties = Literal["incorrect", "correct"]
 
@@ -67,6 +68,10 @@ class PanelSummary(BaseModel):
     fleiss_kappa: float | None
     ties: list[str]  # query ids whose votes tied
     split: list[str]  # query ids the judges did not all agree on
+    #: Judge calibration: judge -> CE x 100 of its confidence in its own verdict against
+    #: agreeing with the panel's majority (which it is part of), over the shared answers it
+    #: read under our template (`agreement.reads_own_confidence`).
+    calibration: dict[str, float | None] = {}
 
 
 def panel_summary(
@@ -95,7 +100,15 @@ def panel_summary(
         fleiss_kappa=fleiss_kappa(table) if table else None,
         ties=[q for q in shared if (panel[q].reasoning or "").startswith("tie")],
         split=[q for q, row in zip(shared, table, strict=True) if len(set(row)) > 1],
+        calibration={j: _against_majority(verdicts[j], panel, shared) for j in judges},
     )
+
+
+def _against_majority(
+    mine: Mapping[str, Judgement], panel: Mapping[str, Judgement], shared: Sequence[str]
+) -> float | None:
+    read = [mine[q] for q in shared if reads_own_confidence(mine[q])]
+    return own_calibration(read, [v.correct == panel[v.query_id].correct for v in read])
 
 
 def panel_markdown(panel: PanelSummary) -> str:
@@ -112,6 +125,16 @@ def panel_markdown(panel: PanelSummary) -> str:
         "|---|---:|",
         *(f"| {judge} | {percent(acc)} |" for judge, acc in panel.accuracy.items()),
     ]
+    if panel.calibration:
+        lines += [
+            "",
+            "Judge calibration (each judge's confidence in its own verdict against agreeing "
+            "with the majority, CE x 100): "
+            + ", ".join(
+                f"{j} {'n/a' if ce is None else f'{ce:.1f}'}" for j, ce in panel.calibration.items()
+            )
+            + ".",
+        ]
     if panel.split:
         lines += ["", "Split answers: " + ", ".join(panel.split[:50])]
     return "\n".join(lines) + "\n"
