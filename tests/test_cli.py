@@ -20,13 +20,26 @@ def _cli(
     *args: str, home: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = os.environ | {"PISERINI_RAY_HOME": str(home)} | (env or {})
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "piserini_ray.cli", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=600,
     )
+    assert_no_native_crash(done.stdout + done.stderr)
+    return done
+
+
+#: What a native crash prints (ours, or a Ray worker's forwarded to the driver's output).
+NATIVE_CRASH = ("Fatal Python error", "terminate called", "Segmentation fault", "core dumped")
+
+
+def assert_no_native_crash(output: str) -> None:
+    """Every command ends cleanly: no process of its own, nor a Ray worker it started, aborts
+    (a run used to end with its index server's abort, whatever its results)."""
+    crashes = [line for line in output.splitlines() if any(c in line for c in NATIVE_CRASH)]
+    assert not crashes, "a native crash in the command's output:\n" + "\n".join(crashes)
 
 
 def test_search_and_read_print_what_the_agent_sees(sample_index: Path, tmp_path: Path) -> None:

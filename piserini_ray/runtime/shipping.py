@@ -13,6 +13,7 @@ replica needs only the index.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from pathlib import Path
@@ -44,15 +45,25 @@ class IndexSource(BaseModel):
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
 class IndexServer:
-    """On the node that has the index: its bytes, one chunk per call."""
+    """On the node that has the index: its bytes, one chunk per call.
+
+    An async actor on purpose: a *threaded* actor (sync methods, max_concurrency > 1) that is
+    destroyed before it ran a single task aborts its worker in Ray 2.60 (`~CoreWorker` ->
+    `~ConcurrencyGroupManager` -> `~BoundedExecutor` with its pool's threads still joinable:
+    std::terminate, "terminate called without an active exception", "Fatal Python error:
+    Aborted"). A run whose replicas all find the index on their node never calls this actor,
+    so every such run printed that crash at its end. Reads go to a thread, off the loop."""
 
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
 
-    def where(self) -> str:
+    async def where(self) -> str:
         return str(ray.util.get_node_ip_address())
 
-    def chunk(self, relative: str, offset: int, size: int) -> bytes:
+    async def chunk(self, relative: str, offset: int, size: int) -> bytes:
+        return await asyncio.to_thread(self._read, relative, offset, size)
+
+    def _read(self, relative: str, offset: int, size: int) -> bytes:
         path = (self.folder / relative).resolve()
         if not path.is_relative_to(self.folder.resolve()):  # only the index's own files
             raise DataError(relative, "not a file of the index")
