@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from piserini_ray.config import RunConfig
 from piserini_ray.errors import ConfigError, PiseriniRayError
+from piserini_ray.llm.secrets import scrub, scrub_bytes
 from piserini_ray.records import (
     Judgement,
     QueryRecord,
@@ -108,7 +109,8 @@ class JsonlFile:
     def append(self, data: Any) -> None:
         """Append one JSON line and make it durable before returning."""
         self._repair()
-        line = orjson.dumps(data) + b"\n"
+        # Every line of every run file passes the one scrubber (`llm/secrets.py`).
+        line = scrub_bytes(orjson.dumps(data)) + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as f:
             f.write(line)
@@ -345,8 +347,6 @@ class RunStore:
         return bool(changed)
 
     def _write_manifest(self, manifest: RunManifest) -> RunManifest:
-        from piserini_ray.llm.secrets import scrub
-
         path = self.run_dir / "manifest.json"
         tmp = path.with_suffix(".tmp")
         # Configs refuse key-shaped values; any secret of this environment is scrubbed all the
@@ -529,7 +529,7 @@ class RunStore:
         from piserini_ray.tools.spill import write_spill_file
 
         for name, text in spills.items():
-            write_spill_file(folder, name, text)
+            write_spill_file(folder, name, scrub(text))
 
     def close(self) -> None:
         if not self._lock_file.closed:

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from piserini_ray.config.base import StrictModel, identity_data
 from piserini_ray.config.offline import OfflineConfig
+from piserini_ray.config.secrets import ROUTE_FIX, key_shaped, route_setting
 from piserini_ray.errors import ConfigError, describe_validation_error
 
 
@@ -432,30 +433,13 @@ class ModelConfig(StrictModel):
                     "manifest would keep it). Export it in an environment variable and name "
                     "that variable in model.api_key_env"
                 )
+        for name in self.extra:
+            if route_setting(str(name)):
+                raise ValueError(
+                    f"model.extra.{name} would change where or how the model's requests are "
+                    f"sent or authenticated: {ROUTE_FIX}"
+                )
         return self
-
-
-#: Names of settings that carry a secret, wherever they sit in a free-form block.
-_SECRET_NAME = re.compile(
-    r"(api_?key|^key$|_key$|token|secret|password|authorization|credential)", re.I
-)
-#: Values shaped like a provider's key: OpenAI/Anthropic/DeepSeek `sk-...`, Google `AIza...`,
-#: OpenRouter `sk-or-...`, GitHub/HF tokens, a bearer header.
-_KEY_VALUE = re.compile(
-    r"(\bsk-[A-Za-z0-9_-]{16,}|\bAIza[0-9A-Za-z_-]{30,}|\bgh[pousr]_[A-Za-z0-9]{30,}"
-    r"|\bhf_[A-Za-z0-9]{30,}|\bBearer\s+\S{12,})"
-)
-
-
-def key_shaped(name: str, value: Any) -> str | None:
-    """Why a free-form setting called `name` with `value` looks like it holds a key, or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    if _KEY_VALUE.search(value):
-        return "holds a value shaped like an API key"
-    if _SECRET_NAME.search(name):
-        return f"sets {name!r}, which names a secret"
-    return None
 
 
 def _free_form(model: ModelConfig) -> list[tuple[str, str, Any]]:

@@ -25,6 +25,7 @@ import orjson
 
 from piserini_ray.llm.batches import BatchRequest, ProviderBatches, split
 from piserini_ray.llm.retry import Failure, FailureKind, RetryError
+from piserini_ray.llm.secrets import scrub
 
 Log = Callable[[str], None]
 
@@ -167,4 +168,6 @@ class TurnBatcher:
         self._bodies.pop(rid, None)
         future = self._waiting.pop(rid, None)
         if future is not None and not future.done():
-            future.set_exception(RetryError(Failure(FailureKind.TRANSIENT, why), attempts=1))
+            # `why` is the provider's own text, which may quote the key it was sent.
+            failure = Failure(FailureKind.TRANSIENT, scrub(why))
+            future.set_exception(RetryError(failure, attempts=1))

@@ -35,7 +35,7 @@ from piserini_ray.llm.retry import (
     note_reply_body,
     retrying,
 )
-from piserini_ray.llm.secrets import key_variable, scrub
+from piserini_ray.llm.secrets import hold, key_variable, scrub
 from piserini_ray.llm.usage import (
     ReportedPrompts,
     character_estimate,
@@ -212,6 +212,9 @@ class LLMClient:
         #: an unreported one (`_estimate`).
         self.reported = ReportedPrompts()
         self._keys = dict(keys or {})
+        # Every key this client could send is scrubbed from what this process writes.
+        name = key_variable(model, self.api_base)
+        hold(*self._keys.values(), os.environ.get(name) if name else None)
         self.request_seed = request_seed
         #: `service_tier: batch`: every call goes through it, as a line of a provider batch.
         self.batcher = batcher
@@ -227,6 +230,7 @@ class LLMClient:
         handed = self._keys.get(name)
         value = handed.get_secret_value() if handed is not None else os.environ.get(name)
         if value:
+            hold(value)
             return value
         if self.model.api_key_env is None:
             return None  # litellm's own lookup, and its own error

@@ -1,36 +1,63 @@
-"""Key values never reach a record, a verdict, a log line or an error message.
+"""The one scrubber: key values never reach a record, a verdict, a ledger, a manifest, a log
+line, a progress line or an error message.
 
-litellm reads a hosted provider's key from its own variables (`OPENAI_API_KEY`,
-`ANTHROPIC_API_KEY`, `DEEPSEEK_API_KEY`, ...) when `model.api_key_env` is not set, and a
-provider's error may quote the key it was sent. So every value of every variable whose name
-marks it as a secret is removed, beside the key a call actually sent.
+It works by VALUE. Every key this process holds is registered here (`hold`) the moment it is
+read or handed over: the key a model's `api_key_env` names (whatever the variable is called),
+the keys the driver hands to replicas, the key a batcher is given. Beside those, the value of
+every environment variable whose name marks a secret (`config.secrets.SECRET_NAME`: litellm
+reads `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ... on its own when `api_key_env` is not set).
+
+Where it is applied: the store's one JSONL writer (`store.JsonlFile`: records, judgements,
+ledgers, batch ledgers) and its manifest and spill files (every report, viewer and export is
+made from those), every error text a client or batcher keeps, and this process's own stdout
+and stderr once it holds a key (`guard_output`: prints, logging, progress, litellm's own
+messages), in the driver and in every Ray worker that is handed a key.
 """
 
 from __future__ import annotations
 
+import io
+import logging
 import os
-import re
+import sys
+import threading
 from collections.abc import Iterable
+from typing import Any, TextIO
 
 from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig
+from piserini_ray.config.secrets import SECRET_NAME
 
-#: Variable names that hold secrets: *_API_KEY, *_KEY, *TOKEN*, *SECRET*, *PASSWORD*.
-_SECRET_NAME = re.compile(r"(API_?KEY|_KEY$|^KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 #: Shorter values are not keys (flags like "1" or "true") and replacing them would mangle text.
 MIN_SECRET_LENGTH = 8
 MASK = "***"
 
+_held: set[str] = set()
+_lock = threading.Lock()
+
+
+def hold(*values: str | SecretStr | None) -> None:
+    """Register key values this process holds: from now on they are scrubbed from everything
+    it writes or prints (and its stdout and stderr are guarded, `guard_output`)."""
+    plain = (v.get_secret_value() if isinstance(v, SecretStr) else v for v in values)
+    found = {v for v in plain if v and len(v) >= 4}
+    if not found - _held:
+        return
+    with _lock:
+        _held.update(found)
+    guard_output()
+
 
 def secret_values(extra: Iterable[str | None] = ()) -> list[str]:
-    """Every secret this process could send, longest first (a key that contains another is
-    removed whole)."""
+    """Every secret this process could send or has held, longest first (a key that contains
+    another is removed whole)."""
     found = {
         value
         for name, value in os.environ.items()
-        if _SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH
+        if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH
     }
+    found |= _held
     found |= {value for value in extra if value and len(value) >= 4}
     return sorted(found, key=len, reverse=True)
 
@@ -38,8 +65,18 @@ def secret_values(extra: Iterable[str | None] = ()) -> list[str]:
 def scrub(text: str, extra: Iterable[str | None] = ()) -> str:
     """`text` with every secret value replaced by `***`."""
     for value in secret_values(extra):
-        text = text.replace(value, MASK)
+        if value in text:
+            text = text.replace(value, MASK)
     return text
+
+
+def scrub_bytes(data: bytes) -> bytes:
+    """`scrub` for encoded text (a JSONL line, a file's bytes)."""
+    for value in secret_values():
+        raw = value.encode()
+        if raw in data:
+            data = data.replace(raw, MASK.encode())
+    return data
 
 
 def key_variable(model: ModelConfig, api_base: str | None = None) -> str | None:
@@ -60,6 +97,14 @@ def key_variable(model: ModelConfig, api_base: str | None = None) -> str | None:
     return f"{str(provider).upper().replace('-', '_')}_API_KEY"
 
 
+def hold_keys_of(models: Iterable[ModelConfig]) -> None:
+    """Register the keys these models' calls would send from this process's environment."""
+    for model in models:
+        name = key_variable(model)
+        if name is not None:
+            hold(os.environ.get(name))
+
+
 def driver_keys(models: Iterable[ModelConfig]) -> dict[str, SecretStr]:
     """The key values, read here (the driver), that the models' calls need: handed to the
     replicas with each query, in memory only (never a file, a log or a `runtime_env`), so that a
@@ -70,4 +115,60 @@ def driver_keys(models: Iterable[ModelConfig]) -> dict[str, SecretStr]:
         name = key_variable(model)
         if name is not None and (value := os.environ.get(name)):
             keys[name] = SecretStr(value)
+            hold(value)
     return keys
+
+
+class _Scrubbed(io.TextIOBase):
+    """A text stream that scrubs what is written to it before the stream underneath sees it."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(scrub(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:  # type: ignore[override]
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.inner, "encoding", "utf-8"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def guard_output() -> None:
+    """Scrub this process's stdout and stderr, and every logging handler that writes to them.
+
+    Only the process's own streams are wrapped (`sys.__stdout__`, `sys.__stderr__`): a stream
+    someone else put in their place (a test's capture) is left to them."""
+    with _lock:
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if current is not None and current is getattr(sys, f"__{name}__"):
+                setattr(sys, name, _Scrubbed(current))
+        wrapped = {id(sys.__stdout__): sys.stdout, id(sys.__stderr__): sys.stderr}
+        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        for logger in loggers:
+            for handler in getattr(logger, "handlers", []):
+                stream = getattr(handler, "stream", None)
+                if isinstance(handler, logging.StreamHandler) and id(stream) in wrapped:
+                    replacement = wrapped[id(stream)]
+                    if isinstance(replacement, _Scrubbed):
+                        handler.setStream(replacement)
