@@ -205,27 +205,14 @@ def module_ray() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------- the session's end
-# This process hosts at once a JVM (pyjnius), Ray's core worker, torch and litellm's threads.
-# Once every test has run and pytest has written its report, tearing those down in Python's
-# finalization races in native code (a std::thread destroyed while joinable, a JVM thread at a
-# safepoint): "terminate called without an active exception" or a segmentation fault after
-# "N passed", and a red exit status for a green suite. So the session ends as pytest decided:
-# Ray shut down from the main thread (what its atexit hook would do), then `os._exit` with
-# pytest's own status. Fixtures, temporary folders and reports are all finished by then.
-_session_status: list[int] = []
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _session_status.append(int(exitstatus))
+# The session ends by pytest's own path (its status, its atexit handlers). Ray is let go here,
+# on the main thread and before Python finalizes, as its own atexit hook would. (A session used
+# to end with `os._exit` to hide a native abort after the report: a Ray index server's, cured
+# at its root in runtime/shipping.py; tests/test_session_exit.py keeps the exit honest.)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not _session_status:
-        return
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(_session_status[-1])

@@ -1,0 +1,56 @@
+"""The test session's exit status is pytest's own: a session that failed anywhere, a hook
+included, exits non-zero, and atexit handlers (coverage's, for one) run. Each case runs a
+real pytest session, with this project's conftest and configuration, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: One quick test of the suite, so that the session loads the real conftest and settings.
+QUICK = "tests/test_errors.py::test_every_error_pickles_to_itself"
+
+
+def _session(tmp_path: Path, plugin: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "session_probe.py").write_text(textwrap.dedent(plugin))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", QUICK, "-q", "-p", "session_probe",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+
+
+def test_a_hook_that_raises_fails_the_session_and_atexit_handlers_run(tmp_path: Path) -> None:
+    done = _session(
+        tmp_path,
+        """
+        import atexit
+
+        atexit.register(lambda: print("atexit handler ran", flush=True))
+
+        def pytest_sessionfinish(session, exitstatus):
+            raise RuntimeError("a hook at the session's end failed")
+        """,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "a hook at the session's end failed" in output
+    assert "atexit handler ran" in output
+
+
+def test_a_green_session_exits_zero_and_runs_atexit_handlers(tmp_path: Path) -> None:
+    done = _session(
+        tmp_path,
+        """
+        import atexit
+
+        atexit.register(lambda: print("atexit handler ran", flush=True))
+        """,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed" in done.stdout and "atexit handler ran" in done.stdout
