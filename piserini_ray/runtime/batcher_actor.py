@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import batches_for
+from piserini_ray.llm.secrets import hold
 from piserini_ray.store import TurnLedger
 
 #: Turns one batcher holds at once: every query in flight on every replica waits in it.
@@ -23,28 +24,43 @@ MAX_WAITING = 100_000
 
 @ray.remote(num_cpus=0)
 class BatcherActor:
+    """Created without its key: Ray keeps an actor's creation arguments in the GCS (and in
+    Redis when GCS fault tolerance is on) for as long as the cluster lives. The key comes by
+    a method call (`unlock`), whose arguments live in this process's memory only."""
+
     def __init__(
         self,
         provider: str,
         api_base: str | None,
-        key: SecretStr | None,
         cache: bool,
         ledger: str,
         gather_seconds: float,
         poll_seconds: float,
         max_rounds: int,
     ) -> None:
+        self._settings = (provider, api_base, cache)
+        self._ledger = ledger
+        self._timing = (gather_seconds, poll_seconds, max_rounds)
+        self._batcher: TurnBatcher | None = None
+
+    def unlock(self, key: SecretStr | None) -> None:
+        """Hand the key the batches are sent with (None: an endpoint that needs none)."""
+        provider, api_base, cache = self._settings
         secret = key.get_secret_value() if key is not None else None
+        hold(secret)  # scrubbed from everything this actor's process writes or prints
         api = batches_for(provider, api_base, secret, cache)
-        self._batcher = TurnBatcher(
-            api, TurnLedger(Path(ledger)), gather_seconds, poll_seconds, max_rounds, print
-        )
+        self._batcher = TurnBatcher(api, TurnLedger(Path(self._ledger)), *self._timing, print)
+
+    def _unlocked(self) -> TurnBatcher:
+        if self._batcher is None:
+            raise RuntimeError("the batcher actor was not handed its key (unlock) before use")
+        return self._batcher
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._batcher.complete(body)
+        return await self._unlocked().complete(body)
 
     def batches_sent(self) -> int:
-        return self._batcher.batches_sent
+        return self._unlocked().batches_sent
 
 
 def start_batcher(
@@ -55,7 +71,8 @@ def start_batcher(
     api_base: str | None,
     key: SecretStr | None,
 ) -> Any:
-    """The run's batcher actor, named `name`, pinned to this (the driver's) node."""
+    """The run's batcher actor, named `name`, pinned to this (the driver's) node, unlocked
+    with `key` by a method call (never a creation argument)."""
     settings = config.runtime.batch
     here = ray.get_runtime_context().get_node_id()
     actor = BatcherActor.options(  # type: ignore[attr-defined]
@@ -65,13 +82,13 @@ def start_batcher(
     ).remote(
         provider,
         api_base,
-        key,
         config.model.prompt_caching == "auto",
         str(run_dir / "agent_batches.jsonl"),
         settings.gather_seconds,
         settings.poll_seconds,
         config.retry.max_attempts,
     )
+    ray.get(actor.unlock.remote(key))
     ray.get(actor.batches_sent.remote())  # up before any turn is handed to it
     return actor
 

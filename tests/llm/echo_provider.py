@@ -17,11 +17,12 @@ CHECK_PROMPT = "Reply with the single word OK."
 class EchoProvider:
     """`with EchoProvider() as p:` serves at `p.base_url` (`.../v1`); `p.requests` holds
     (method, path, headers) of every request received. `answer_check`: the one-word check gets
-    a reply; everything else gets a 500 or a 400 (alternately) whose body quotes the
-    request's `Authorization` header."""
+    a reply; everything else gets an error whose body quotes the request's `Authorization`
+    header, its status taken from `statuses` in turn (a 500 is retried, a 400 is not)."""
 
-    def __init__(self, answer_check: bool = True) -> None:
+    def __init__(self, answer_check: bool = True, statuses: tuple[int, ...] = (500, 400)) -> None:
         self.answer_check = answer_check
+        self.statuses = statuses
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self._turn = itertools.count()
         provider = self
@@ -64,7 +65,7 @@ class EchoProvider:
                 ],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
             }
-        status = 500 if next(self._turn) % 2 == 0 else 400
+        status = self.statuses[next(self._turn) % len(self.statuses)]
         message = f"request refused; you sent Authorization: {auth} (headers {headers})"
         kind = "server_error" if status == 500 else "invalid_request_error"
         return status, {"error": {"message": message, "type": kind, "code": None}}
