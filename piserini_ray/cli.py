@@ -241,8 +241,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     config = manifest_config(args.run_dir)
     with RunStore(args.run_dir, config, log=_log) as store:
-        if args.format == "browsecomp-plus":
-            paths = export_browsecomp_plus(store.records(), args.out)
+        if args.format == "browsecomp-plus":  # with their leaderboard's evaluation_summary
+            from piserini_ray.report.imported import read_imported
+
+            imported = read_imported(args.run_dir)
+            paths = export_browsecomp_plus(
+                store.records(),
+                args.out,
+                store.judgements(config.judge_model().name),
+                load_benchmark(config.benchmark).evidence,
+                imported.retriever if imported else config.retrieval.describe(),
+            )
         elif args.format == "pi-serini":  # it needs the questions and qrels too
             paths = export_pi_serini(store.records(), load_benchmark(config.benchmark), args.out)
         else:
@@ -263,6 +272,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"({s.format}) into {s.run_dir}" + (f": {statuses}" if statuses else "")
     )
     print(f"skipped {s.skipped} already recorded")
+    print(f"read {s.files_read} file(s); {len(s.skipped_files)} run(s) skipped")
+    for skip in s.skipped_files:
+        print(f"  skipped {skip.file}: {skip.reason}")
+    for note in s.notes:
+        print(f"note: {note}")
+    print(f"as the files state it: {s.settings}")
+    print(f"cost: {s.cost}")
     if s.without_file:
         print(f"{s.without_file} queries of the config's slice have no run file in the folder")
     if s.unavailable:

@@ -1,31 +1,57 @@
 """`piserini-ray import`: runs made by other harnesses as a run directory over a config's
 benchmark, so that `judge`, `report`, `compare` and `export` read them as our own runs. The
-inverse of `report/export.py`, for BrowseComp-Plus run files (one JSON per query, as their
-`search_agent/*_client.py` write them) and Pi-Serini run folders (`run_pi_benchmark.ts`).
+inverse of `report/export.py`, for BrowseComp-Plus run files (one JSON per query as their
+`search_agent/*_client.py` write them, or one per line as their published runs) and Pi-Serini
+run folders (`run_pi_benchmark.ts`), read with their evaluators' semantics
+(`importers/files.py`).
 
-Every file is read and checked before anything is written: a bad file stops the import with a
-message naming the file, the field and the fix, and no record is written. A format holds less
-than our records: what it lacks is listed in each record (`QueryRecord.imported`), and the
-report shows every figure that depends on it as n/a, never as 0. Importing into the same run
-directory again skips the queries it holds already.
+- A file whose status is `completed` but whose last `result` item is not `output_text` (their
+  clients write such files at `--max-iterations`, for an empty final message, for a Qwen final
+  message that carries only reasoning) is a completed query with an empty answer: wrong, as
+  their `evaluate_run.py` scores it. A `query_id: null` file, or a query the benchmark does
+  not hold, is skipped, as their evaluator skips it. Each is named in the summary.
+- No docid outside the corpus enters a document set: those a file lists are dropped and
+  counted. A Pi-Serini file's `cited_docids` hold only the digit runs of bracketed citations
+  (their writer's parser), so non-numeric docids become fragments: when the list does not
+  resolve in the corpus, the citations are parsed again from the answer text with ours.
+- Usage by its meaning (`importers/usage.py`); the run is priced with the files' model through
+  the pricing table, never the config's; the run's config takes the files' model, and
+  `imported.json` (`report/imported.py`) what the files state about the retriever and settings.
+
+A malformed file stops the import before anything is written, with a message naming the file,
+the field and the fix. A format holds less than our records: what it lacks is listed in each
+record (`QueryRecord.imported`) and the report shows every figure that depends on it as n/a,
+never as 0. Importing into the same run directory again skips the queries it holds already.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import get_args
 
-import orjson
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
 from piserini_ray.agent.answer import parse_final_answer
-from piserini_ray.config import RunConfig
+from piserini_ray.config import BM25Params, RunConfig
 from piserini_ray.data import Benchmark, load_benchmark
 from piserini_ray.errors import ConfigError, DataError
+from piserini_ray.importers.files import (
+    FORMATS,
+    BrowseCompPlusRun,
+    Format,
+    PiSeriniRun,
+    Run,
+    Source,
+    final_text,
+    find_runs,
+    load_run,
+)
+from piserini_ray.importers.settings import Stated, stated
+from piserini_ray.importers.usage import Mapped, browsecomp_plus_usage
 from piserini_ray.metrics.recall import DOC_SETS
 from piserini_ray.records import (
     UNAVAILABLE,
@@ -36,10 +62,15 @@ from piserini_ray.records import (
     Usage,
 )
 from piserini_ray.report.export import PI_SERINI_TIERS
+from piserini_ray.report.imported import (
+    CostNote,
+    ImportedRun,
+    SkippedFile,
+    settings_text,
+    write_imported,
+)
 from piserini_ray.store import RunStore
 
-Format = Literal["browsecomp-plus", "pi-serini"]
-FORMATS: tuple[Format, ...] = get_args(Format)
 Log = Callable[[str], None]
 
 #: What each part a format may lack takes out of the report, in words (the command prints it).
@@ -55,120 +86,6 @@ MEANING: dict[Unavailable, str] = {
 }
 assert set(MEANING) == set(UNAVAILABLE)
 
-#: Files of a Pi-Serini run folder that are not run files (their `evaluate_run_with_pi.ts`
-#: leaves out the same names).
-PI_SERINI_RESERVED = {
-    "benchmark_manifest_snapshot.json",
-    "evaluation_summary.json",
-    "run_setup.json",
-}
-
-#: What each field of a run file holds, for the message when it is missing or malformed.
-_HINTS = {
-    "query_id": "the query's id in the benchmark",
-    "status": "completed, timeout or failed",
-    "result": "a list of items ending with an output_text item",
-    "retrieved_docids": "the list of docids the retriever returned",
-    "surfaced_docids": "the list of docids the searches surfaced",
-    "tool_call_counts": "an object: tool name -> number of calls",
-    "usage": "an object with input_tokens and output_tokens",
-    "metadata": "an object",
-    "stats": "an object",
-}
-
-
-def _as_text(value: Any) -> Any:
-    """Ids as the harnesses write them: strings, or numbers (taken as their text)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-Id = Annotated[str, BeforeValidator(_as_text)]
-
-
-class ResultItem(BaseModel):
-    """One item of a run file's `result` list: a tool call, reasoning, or the output text."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    tool_name: str | None = None
-    arguments: Any = None
-    output: Any = None
-
-
-class RunMetadata(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    #: Our extension (`report/export.py: browsecomp_plus_run`): the record's document sets,
-    #: which `retrieved_docids` alone cannot carry.
-    document_sets: dict[str, list[Id]] | None = None
-
-
-class RunFile(BaseModel):
-    """What both formats share: one query's run."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    query_id: Id = Field(min_length=1)
-    status: str
-    result: list[ResultItem]
-    tool_call_counts: dict[str, int]
-    metadata: RunMetadata = Field(default_factory=RunMetadata)
-
-
-class BrowseCompPlusUsage(BaseModel):
-    """Their `usage` block (`included_reasoning_tokens` in their harness, `reasoning_tokens`
-    in our export); a count they could not get is null."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    input_tokens: int | None = None
-    input_tokens_cached: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    included_reasoning_tokens: int | None = None
-
-    def ours(self) -> Usage | None:
-        """Our usage, or None when the input or output count is unknown."""
-        if self.input_tokens is None or self.output_tokens is None:
-            return None
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cached_tokens=self.input_tokens_cached or 0,
-            reasoning_tokens=self.reasoning_tokens or self.included_reasoning_tokens or 0,
-        )
-
-
-class BrowseCompPlusRun(RunFile):
-    retrieved_docids: list[Id]
-    usage: BrowseCompPlusUsage | None = None
-
-
-class PiSeriniStats(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    elapsed_seconds: float | None = None
-    assistant_turns: int | None = None
-
-
-class PiSeriniRun(RunFile):
-    """A run file of `run_pi_benchmark.ts` (or of our `export --format pi-serini`): the docid
-    tiers under their names; `retrieved_docids` is their readers' fallback for surfaced."""
-
-    surfaced_docids: list[Id] | None = None
-    retrieved_docids: list[Id] | None = None
-    previewed_docids: list[Id] | None = None
-    opened_docids: list[Id] | None = None
-    cited_docids: list[Id] | None = None
-    agent_docids: list[Id] | None = None
-    stats: PiSeriniStats = Field(default_factory=PiSeriniStats)
-    #: Our export's extension (their harness reports no usage).
-    usage: Usage | None = None
-
 
 class ImportSummary(BaseModel):
     """What an import did, for the command to print."""
@@ -176,21 +93,29 @@ class ImportSummary(BaseModel):
     run_dir: str
     format: Format
     source: str
+    #: Files read (a JSONL file is one file of many runs), runs imported.
+    files_read: int = 0
     imported: int
     #: Queries the run directory held already: not imported twice.
     skipped: int
+    #: Runs skipped as the peer's evaluator skips them, each with its file and reason.
+    skipped_files: list[SkippedFile] = []
     #: Queries of the config's slice with no run file in the folder.
     without_file: int
     statuses: dict[str, int]
     #: The parts the imported records lack (`records.UNAVAILABLE`), in that order.
     unavailable: list[Unavailable]
+    #: What the import changed or could not tell, one line each (also in `imported.json`).
+    notes: list[str] = []
+    #: The model, retriever and settings as the files state them.
+    settings: str = ""
+    cost: str = ""
 
 
 @dataclass
-class _Docids:
-    """The corpus's docids, read once and only when an answer's citations must be checked
-    (our agent keeps a cited docid only if it exists): from the index when it was built, else
-    from the corpus itself."""
+class _Corpus:
+    """The corpus's docids, read once: from the index when it was built, else from the corpus
+    itself."""
 
     config: RunConfig
     benchmark: Benchmark
@@ -212,93 +137,57 @@ class _Docids:
         return docid in self.known
 
 
+@dataclass
+class _Tally:
+    """What the import changed, across files: for the notes."""
+
+    empty: list[str] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
+    #: set -> (docids dropped, files)
+    dropped: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    unsplit_cache: list[str] = field(default_factory=list)
+
+    def drop(self, name: str, count: int, file: str) -> None:
+        if count:
+            n, files = self.dropped.get(name, (0, []))
+            self.dropped[name] = (n + count, [*files, file])
+
+    def notes(self) -> list[str]:
+        def some(files: list[str]) -> str:
+            return ", ".join(files[:8]) + (f" and {len(files) - 8} more" if len(files) > 8 else "")
+
+        notes = []
+        if self.empty:
+            notes.append(
+                f"{len(self.empty)} completed run(s) whose last result item is not output_text "
+                "(max iterations, an empty or reasoning-only final message) scored as an empty "
+                f"answer, as their evaluator does: {some(self.empty)}"
+            )
+        for name, (n, files) in sorted(self.dropped.items()):
+            notes.append(
+                f"{n} {name} docid(s) not in the corpus dropped from {len(files)} run(s): "
+                f"{some(files)}"
+            )
+        if self.rederived:
+            notes.append(
+                f"cited_docids of {len(self.rederived)} run(s) did not resolve in the corpus "
+                "(Pi-Serini's writer keeps only the digit runs of bracketed citations): "
+                f"citations parsed again from the answer text: {some(self.rederived)}"
+            )
+        if self.unsplit_cache:
+            notes.append(
+                f"usage of {len(self.unsplit_cache)} run(s) written by BrowseComp-Plus's "
+                "Anthropic client: input_tokens is uncached input and input_tokens_cached sums "
+                "cache writes and cache reads, which the file cannot tell apart; the cost is a "
+                "bound (records take them as reads, the lower bound)"
+            )
+        return notes
+
+
 def default_run_dir(config: RunConfig, fmt: Format, folder: Path) -> Path:
-    """`<runs root>/imported-<format>-<folder name>`."""
+    """`<runs root>/imported-<format>-<folder or file name>`."""
     name = Path(folder).absolute().name or "runs"
     return config.runtime.resolved_runs_root() / f"imported-{fmt}-{name}"
-
-
-def run_files(folder: Path, fmt: Format, log: Log) -> tuple[Path, list[Path]]:
-    """The folder that holds the run files, and the files: every `*.json` (their evaluators
-    read them all); of a Pi-Serini folder, without its manifest snapshot and summaries, and
-    from `merged/` when a sharded run has one (as their `resolveBenchmarkResultDir`)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(folder, f"not a folder of {fmt} run files")
-    if fmt == "pi-serini":
-        merged = folder / "merged"
-        if merged.is_dir() and any(p.name[:-5].isdigit() for p in merged.glob("*.json")):
-            log(f"{folder} is a sharded Pi-Serini run: reading its merged/ folder")
-            folder = merged
-    files = sorted(
-        p
-        for p in folder.glob("*.json")
-        if p.is_file() and not (fmt == "pi-serini" and p.name in PI_SERINI_RESERVED)
-    )
-    if not files:
-        raise DataError(folder, f"holds no run file (*.json, one per query) of the {fmt} format")
-    return folder, files
-
-
-def _field(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _problem(error: ValidationError) -> str:
-    """A run file's first problem: the field, what is wrong, what it should hold."""
-    first = error.errors()[0]
-    loc = tuple(first["loc"])
-    hint = _HINTS.get(str(loc[0]), "") if loc else ""
-    what = "is missing" if first["type"] == "missing" else f"is malformed: {first['msg']}"
-    more = len(error.errors()) - 1
-    return (
-        f"field '{_field(loc)}' {what}"
-        + (f" ({hint})" if hint else "")
-        + (f"; {more} more problem(s) in this file" if more else "")
-    )
-
-
-def _load(path: Path, fmt: Format) -> BrowseCompPlusRun | PiSeriniRun:
-    """One run file, validated; a DataError naming the file, the field and the fix."""
-    where = f"run file {path}"
-    fix = f"; fix the file or move it out of {path.parent} (nothing was imported)"
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise DataError(where, f"not valid JSON ({e}){fix}") from None
-    if not isinstance(data, dict):
-        raise DataError(where, f"not a JSON object (one query's {fmt} run){fix}")
-    model = BrowseCompPlusRun if fmt == "browsecomp-plus" else PiSeriniRun
-    try:
-        run = model.model_validate(data)
-    except ValidationError as e:
-        raise DataError(where, _problem(e) + fix) from None
-    if (
-        isinstance(run, PiSeriniRun)
-        and run.surfaced_docids is None
-        and run.retrieved_docids is None
-    ):
-        hint = _HINTS["surfaced_docids"]
-        raise DataError(where, f"field 'surfaced_docids' is missing ({hint}){fix}")
-    if run.status == "completed" and _final(run) is None:
-        raise DataError(
-            where,
-            "field 'result' does not end with an output_text item, though the status is "
-            f"'completed' ({_HINTS['result']}: the final answer){fix}",
-        )
-    return run
-
-
-def _final(run: RunFile) -> str | None:
-    """The final answer: the last `result` item when it is output text (their readers take
-    only that one)."""
-    last = run.result[-1] if run.result else None
-    if last is not None and last.type == "output_text" and isinstance(last.output, str):
-        return last.output
-    return None
 
 
 def _mtime(path: Path) -> str:
@@ -311,63 +200,104 @@ _OPTIONAL_SETS: tuple[Unavailable, ...] = ("previewed", "opened", "behavior")
 _STATUSES: dict[str, Status] = {s: s for s in get_args(Status)}
 
 
-def _sets(
-    run: BrowseCompPlusRun | PiSeriniRun, cited: Callable[[], list[str]]
-) -> tuple[dict[str, list[str]], list[Unavailable]]:
-    """The record's document sets from what the file holds, and the sets it lacks. `cited`:
-    the citations parsed from the answer, for a file that does not list them."""
+def _opened_from_result(run: PiSeriniRun) -> list[str] | None:
+    """Their `getOpenedDocids` fallback: the docids of the `read_document` calls."""
+    calls = [i for i in run.result if i.type == "tool_call" and i.tool_name == "read_document"]
+    docids = [str(i.arguments["docid"]) for i in calls if isinstance(i.arguments, dict) and
+              isinstance(i.arguments.get("docid"), str | int)]  # fmt: skip
+    return docids or None
+
+
+def _held(run: Run) -> dict[str, list[str]]:
+    """The document sets the file lists, under our names."""
     if isinstance(run, BrowseCompPlusRun):
         # Our own export keeps all five sets; theirs has only what the retriever returned.
         held = dict(run.metadata.document_sets or {})
         held.setdefault("surfaced", run.retrieved_docids)
+        return held
+    tiers = {name: getattr(run, key) for name, key in PI_SERINI_TIERS.items()}
+    held = {name: docs for name, docs in tiers.items() if docs is not None}
+    held.setdefault("surfaced", run.retrieved_docids or [])
+    if "opened" not in held and (opened := _opened_from_result(run)) is not None:
+        held["opened"] = opened
+    return held
+
+
+def _sets(
+    run: Run,
+    final: str | None,
+    completed: bool,
+    exists: Callable[[str], bool],
+    tally: _Tally,
+    name: str,
+) -> tuple[dict[str, list[str]], list[Unavailable]]:
+    """The record's document sets, every docid in the corpus, and the sets the file lacks.
+    Citations: the file's list when every docid resolves; else (a Pi-Serini list of digit
+    fragments, or none) the answer's bracketed references that are docids of the corpus, as
+    the agent keeps them. Behavior = opened ∪ cited, as the agent's."""
+    held = _held(run)
+    sets: dict[str, list[str]] = {}
+    for key, docs in held.items():
+        if key == "cited" or key not in DOC_SETS:
+            continue
+        unique = list(dict.fromkeys(docs))
+        sets[key] = [d for d in unique if exists(d)]
+        tally.drop(key, len(unique) - len(sets[key]), name)
+    listed = list(dict.fromkeys(held.get("cited", [])))
+    if listed and all(exists(d) for d in listed):
+        sets["cited"] = listed
     else:
-        tiers = {name: getattr(run, field) for name, field in PI_SERINI_TIERS.items()}
-        held = {name: docs for name, docs in tiers.items() if docs is not None}
-        held.setdefault("surfaced", run.retrieved_docids or [])
-    if "cited" not in held:
-        held["cited"] = cited()
-    if "behavior" not in held and "opened" in held:  # opened ∪ cited, as the agent's
-        held["behavior"] = list(dict.fromkeys(held["opened"] + held["cited"]))
-    lacking = [name for name in _OPTIONAL_SETS if name not in held]
-    sets = {name: list(dict.fromkeys(held.get(name, []))) for name in DOC_SETS}
-    return sets, lacking
+        if listed:
+            tally.rederived.append(name)
+            tally.drop("listed cited", sum(1 for d in listed if not exists(d)), name)
+        candidates = parse_final_answer(final).cited if completed else []
+        sets["cited"] = [d for d in candidates if exists(d)]
+        tally.drop("cited", len(candidates) - len(sets["cited"]), name)
+    if "opened" in sets:
+        sets["behavior"] = list(dict.fromkeys(sets["opened"] + sets["cited"]))
+    lacking = [s for s in _OPTIONAL_SETS if s not in sets]
+    return {s: sets.get(s, []) for s in DOC_SETS}, lacking
 
 
 def to_record(
-    run: BrowseCompPlusRun | PiSeriniRun,
-    path: Path,
+    run: Run,
+    source: Source,
     fmt: Format,
     config: RunConfig,
-    docids: Callable[[str], bool],
-) -> QueryRecord:
-    """Our record of one query's run file (its run id and config hash are the store's, set
-    when it is written). A status other than completed, timeout or failed is a failure with
-    that status as its error; only a completed query keeps its answer and citations (as
-    `agent/loop.py: build_record`)."""
+    exists: Callable[[str], bool],
+    tally: _Tally,
+) -> tuple[QueryRecord, Mapped]:
+    """Our record of one run (its run id and config hash are the store's, set when it is
+    written), and its usage as mapped. A status other than completed, timeout or failed is a
+    failure with that status as its error; only a completed query keeps its answer and
+    citations (as `agent/loop.py: build_record`); a completed one without an output_text
+    item last has an empty answer."""
     status = _STATUSES.get(run.status, "failed")
     error = None if status == run.status else run.status
-    final = _final(run)
+    final = final_text(run)
     if isinstance(run, PiSeriniRun) and final is not None and final.startswith("pi stderr:"):
         error, final = final, None  # their harness appends the agent's stderr when it failed
     completed = status == "completed"
-    # Every bracketed candidate first; the corpus is read only for a file that does not list
-    # its citations (then, as the agent's, only docids of the corpus count).
+    if completed and final is None:
+        final = ""
+        tally.empty.append(source.name)
     parsed = parse_final_answer(final)
-    sets, lacking = _sets(run, lambda: [d for d in parsed.cited if docids(d)] if completed else [])
+    sets, lacking = _sets(run, final, completed, exists, tally, source.name)
     unavailable: list[Unavailable] = [*lacking, "trajectory", "rankings", "timing"]
-    usage: Usage | None
     if isinstance(run, BrowseCompPlusRun):
-        usage = run.usage.ours() if run.usage is not None else None
+        mapped = browsecomp_plus_usage(run)
+        if mapped.unsplit_cache:
+            tally.unsplit_cache.append(source.name)
         wall, turns = None, None
     else:
-        usage = run.usage
+        mapped = Mapped(run.usage)
         wall, turns = run.stats.elapsed_seconds, run.stats.assistant_turns
-    if usage is None:
+    if mapped.usage is None:
         unavailable.append("usage")
     if wall is None:
         unavailable.append("wall")
-    stamp = _mtime(path)
-    return QueryRecord(
+    stamp = _mtime(source.path)
+    record = QueryRecord(
         run_id="",
         config_hash="",
         query_id=run.query_id,
@@ -382,7 +312,7 @@ def to_record(
         cited=sets["cited"],
         turns=turns,
         tool_call_counts=run.tool_call_counts,
-        usage=usage or Usage(),
+        usage=mapped.usage or Usage(),
         wall_seconds=wall or 0.0,
         surfaced=sets["surfaced"],
         previewed=sets["previewed"],
@@ -392,11 +322,12 @@ def to_record(
         finished_at=stamp,
         imported=ImportedFrom(
             format=fmt,
-            directory=str(path.parent.absolute()),
-            file=path.name,
+            directory=str(source.path.parent.absolute()),
+            file=source.name,
             unavailable=[u for u in UNAVAILABLE if u in unavailable],
         ),
     )
+    return record, mapped
 
 
 def _files_tsv(folder: Path) -> dict[str, str]:
@@ -408,35 +339,55 @@ def _files_tsv(folder: Path) -> dict[str, str]:
     return {row[0]: row[1] for row in rows if len(row) >= 2}
 
 
-def read_runs(
-    folder: Path, fmt: Format, config: RunConfig, benchmark: Benchmark, log: Log
-) -> list[QueryRecord]:
-    """Every run file of `folder` as a record, in the benchmark's order, each checked first:
-    its fields, its query (a query of the config's slice, once in the folder). Nothing is
-    written here: a bad file stops the import before any record is."""
-    folder, files = run_files(folder, fmt, log)
+@dataclass
+class Read:
+    """What `read_runs` found: the records (benchmark order), their usage as mapped, the
+    files read, the runs skipped, what the files state, and the notes."""
+
+    records: list[QueryRecord]
+    usage: dict[str, Mapped]
+    folder: Path
+    files: int
+    skipped: list[SkippedFile]
+    stated: Stated
+    notes: list[str]
+
+
+def read_runs(folder: Path, fmt: Format, config: RunConfig, benchmark: Benchmark, log: Log) -> Read:
+    """Every run of `folder` as a record, each checked first: its fields, its query (a query
+    of the config's slice, once in the folder). Nothing is written here: a bad file stops the
+    import before any record is."""
+    found = find_runs(folder, fmt, log)
     wanted = {q.query_id for q in benchmark.select(**config.slice.model_dump())}
     known = {q.query_id for q in benchmark.queries}
-    named = _files_tsv(folder) if fmt == "pi-serini" else {}
-    docids = _Docids(config, benchmark, log)
-    seen: dict[str, Path] = {}
-    records = []
-    for path in files:
-        run = _load(path, fmt)
-        where = f"run file {path}"
+    named = _files_tsv(found.folder) if fmt == "pi-serini" else {}
+    corpus = _Corpus(config, benchmark, log)
+    tally = _Tally()
+    seen: dict[str, str] = {}
+    records, runs, usage = [], [], {}
+    skipped = [SkippedFile(file=f, reason=r) for f, r in found.skipped]
+    for source in found.sources:
+        run = load_run(source, fmt)
+        if isinstance(run, str):
+            skipped.append(SkippedFile(file=source.name, reason=run))
+            continue
+        where = f"run file {source.path}" + (f", line {source.line}" if source.line else "")
         qid = run.query_id
-        if named.get(path.name, qid) != qid:
+        if named.get(source.path.name, qid) != qid:
             raise DataError(
                 where,
-                f"its query_id is {qid!r} but files.tsv names {named[path.name]!r} for it; "
-                "correct one of them",
+                f"its query_id is {qid!r} but files.tsv names {named[source.path.name]!r} for "
+                "it; correct one of them",
             )
         if qid not in known:
-            raise DataError(
-                where,
-                f"query_id {qid!r} is not a query of benchmark {benchmark.name!r}; import with "
-                "the config of the benchmark the run was made on (--config)",
+            skipped.append(
+                SkippedFile(
+                    file=source.name,
+                    reason=f"query_id {qid!r} is not a query of benchmark {benchmark.name!r}: "
+                    "skipped, as their evaluator skips a query without ground truth",
+                )
             )
+            continue
         if qid not in wanted:
             raise DataError(
                 where,
@@ -446,13 +397,77 @@ def read_runs(
             )
         if qid in seen:
             raise DataError(
-                where,
-                f"query_id {qid!r} is also the query of {seen[qid]}; keep one run file per query",
+                where, f"query_id {qid!r} is also the query of {seen[qid]}; keep one run per query"
             )
-        seen[qid] = path
-        records.append(to_record(run, path, fmt, config, docids.exists))
+        seen[qid] = source.name
+        record, mapped = to_record(run, source, fmt, config, corpus.exists, tally)
+        records.append(record)
+        runs.append(run)
+        usage[qid] = mapped
+    if not records:
+        raise DataError(
+            found.folder,
+            f"none of its {len(found.sources)} runs is a query of benchmark {benchmark.name!r} "
+            f"({'; '.join(f'{s.file}: {s.reason}' for s in skipped[:3])}); import with the "
+            "config of the benchmark the run was made on (--config)",
+        )
     order = {q.query_id: i for i, q in enumerate(benchmark.queries)}
-    return sorted(records, key=lambda r: order[r.query_id])
+    records.sort(key=lambda r: order[r.query_id])
+    return Read(
+        records, usage, found.folder, found.files, skipped, stated(fmt, found.folder, runs),
+        tally.notes(),
+    )  # fmt: skip
+
+
+def _run_config(config: RunConfig, said: Stated) -> RunConfig:
+    """The run directory's config: the import config with what the files state in its place
+    (the model; Pi-Serini's BM25 k1, b and timeout), so that pricing and every report name
+    the run's model, not ours."""
+    update: dict[str, object] = {}
+    if said.models:
+        update["model"] = config.model.model_copy(update={"name": said.models[0]})
+    if said.bm25 is not None:
+        bm25 = BM25Params(k1=said.bm25[0], b=said.bm25[1])
+        update["retrieval"] = config.retrieval.model_copy(update={"bm25": bm25, "preset": None})
+    if said.timeout_seconds:
+        update["agent"] = config.agent.model_copy(update={"budget_seconds": said.timeout_seconds})
+    return config.model_copy(update=update)
+
+
+def _cost(config: RunConfig, read: Read, new: list[QueryRecord]) -> CostNote:
+    """The run's cost priced with the files' model through the pricing table; n/a with the
+    reason when the table does not know it or the files hold no usage."""
+    from piserini_ray.metrics.cost import pricing_for
+
+    model = config.model.name if read.stated.models else None
+    mapped = [read.usage[r.query_id] for r in new]
+    if model is None:
+        return CostNote(model=None, priced=False, note="n/a: the run files name no model")
+    if not mapped or any(m.usage is None for m in mapped):
+        return CostNote(model=model, priced=False, note="n/a: the run files hold no token usage")
+    pricing = pricing_for(config)
+    price = pricing.price(model)
+    if price is None:
+        return CostNote(
+            model=model,
+            priced=False,
+            note=f"n/a: model {model!r} (as the run files name it) is not in the pricing table "
+            f"{pricing.path or 'configs/pricing.yaml'}; add it there to price this run",
+        )
+    low = sum(price.cost(m.usage) for m in mapped if m.usage is not None)
+    source = f"priced as {model} ({pricing.source(model)})"
+    if not any(m.unsplit_cache for m in mapped):
+        return CostNote(model=model, priced=True, note=f"${low:,.4f}, {source}", lower_usd=low)
+    high = sum(price.cost(u) for m in mapped if (u := m.as_writes()) is not None)
+    return CostNote(
+        model=model,
+        priced=True,
+        note=f"a bound, ${low:,.4f} to ${high:,.4f}, {source}: the files sum cache writes and "
+        "reads (BrowseComp-Plus's Anthropic client), priced all as reads (the cost shown) and "
+        "all as writes",
+        lower_usd=low,
+        upper_usd=high,
+    )
 
 
 def import_runs(
@@ -462,8 +477,8 @@ def import_runs(
     run_dir: Path | None = None,
     log: Log = lambda _m: None,
 ) -> ImportSummary:
-    """Import a folder of run files into `run_dir` (default: `default_run_dir`), over the
-    config's benchmark; queries the run directory holds already are skipped."""
+    """Import a folder of run files (or one file) into `run_dir` (default: `default_run_dir`),
+    over the config's benchmark; queries the run directory holds already are skipped."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if config.run.epochs > 1:
@@ -473,31 +488,58 @@ def import_runs(
         )
     benchmark = load_benchmark(config.benchmark)
     wanted = benchmark.select(**config.slice.model_dump())
-    records = read_runs(folder, fmt, config, benchmark, log)
+    read = read_runs(folder, fmt, config, benchmark, log)
+    config = _run_config(config, read.stated)
     run_dir = run_dir or default_run_dir(config, fmt, folder)
     with RunStore(run_dir, config, log=log) as store:
         done = store.done()
-        new = [r for r in records if r.query_id not in done]
+        new = [r for r in read.records if r.query_id not in done]
         for record in new:
             store.append(
                 record.model_copy(update={"run_id": store.run_id, "config_hash": store.config_hash})
             )
         directory = store.run_dir
-    skipped = len(records) - len(new)
+    skipped = len(read.records) - len(new)
     if skipped:
         log(
-            f"{skipped} of the {len(records)} queries of {folder} already have a record in "
+            f"{skipped} of the {len(read.records)} queries of {folder} already have a record in "
             f"{directory}: skipped, not imported twice"
         )
+    said = read.stated
+    if len(said.models) > 1:
+        read.notes.append(
+            f"the files name {len(said.models)} models ({', '.join(said.models)}): the run is "
+            f"reported and priced as {said.models[0]}, the most common"
+        )
+    cost = _cost(config, read, read.records)
+    imported = ImportedRun(
+        format=fmt,
+        source=str(Path(folder).absolute()),
+        models=said.models,
+        retriever=said.retriever,
+        settings=said.settings,
+        settings_source=said.sources,
+        files_read=read.files,
+        imported=len(read.records),
+        skipped=read.skipped,
+        notes=read.notes,
+        cost=cost,
+    )
+    write_imported(directory, imported)
     lacking = {u for r in new for u in (r.imported.unavailable if r.imported else [])}
-    files = {r.query_id for r in records}
+    files = {r.query_id for r in read.records}
     return ImportSummary(
         run_dir=str(directory),
         format=fmt,
         source=str(Path(folder).absolute()),
+        files_read=read.files,
         imported=len(new),
         skipped=skipped,
+        skipped_files=read.skipped,
         without_file=sum(1 for q in wanted if q.query_id not in files),
         statuses=dict(Counter(r.status for r in new)),
         unavailable=[u for u in UNAVAILABLE if u in lacking],
+        notes=read.notes,
+        settings=settings_text(imported),
+        cost=cost.note,
     )

@@ -108,7 +108,7 @@ def test_a_browsecomp_plus_export_imports_back_with_the_same_figures(
     records = _records(tmp_path / "imported")
     for qid, record in records.items():
         assert record["imported"]["format"] == "browsecomp-plus"
-        assert record["imported"]["file"] == f"{qid}.json"
+        assert record["imported"]["file"] == f"run_{qid}.json"  # as their clients name them
         assert record["imported"]["unavailable"] == ["trajectory", "rankings", "timing", "wall"]
 
 
@@ -214,7 +214,7 @@ def test_a_bad_file_is_named_with_its_field_and_nothing_is_written(
     config, run_dir = original
     out = tmp_path / "export"
     assert main(["export", str(run_dir), "--format", "browsecomp-plus", "--out", str(out)]) == 0
-    files = sorted(out.glob("*.json"))
+    files = sorted(out.glob("run_*.json"))
     broken = _json(files[-1])
     del broken["result"]
     files[-1].write_bytes(orjson.dumps(broken))
@@ -223,18 +223,30 @@ def test_a_bad_file_is_named_with_its_field_and_nothing_is_written(
     assert _import(out, "browsecomp-plus", config, imported) == 2
     err = capsys.readouterr().err
     assert (
-        f"run file {files[-1]}: field 'result' is missing (a list of items ending with an "
-        "output_text item)" in err
+        f"run file {files[-1]}: field 'result' is missing (a list of items, the last one the "
+        "output_text answer)" in err
     )
     assert not (imported / "records.jsonl").exists()  # the good files were not imported either
 
+    # A query the benchmark does not hold is skipped, as their evaluator skips a query without
+    # ground truth, and named; a folder holding nothing else is the wrong benchmark: refused.
     broken["result"] = [{"type": "output_text", "output": "Exact Answer: x"}]
     broken["query_id"] = "no-such-query"
     files[-1].write_bytes(orjson.dumps(broken))
-    assert _import(out, "browsecomp-plus", config, imported) == 2
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(files[-1], alone / files[-1].name)
+    assert _import(alone, "browsecomp-plus", config, imported) == 2
     err = capsys.readouterr().err
-    assert f"run file {files[-1]}: query_id 'no-such-query' is not a query of benchmark" in err
+    assert "none of its 1 runs is a query of benchmark" in err and files[-1].name in err
     assert not (imported / "records.jsonl").exists()
+    assert _import(out, "browsecomp-plus", config, imported) == 0
+    printed = capsys.readouterr().out
+    assert f"read {len(files)} file(s); 1 run(s) skipped" in printed
+    assert f"skipped {files[-1].name}: query_id 'no-such-query' is not a query of benchmark" in (
+        printed
+    )
+    assert len(_records(imported)) == len(files) - 1
 
 
 def test_importing_again_skips_what_the_run_holds(

@@ -1,16 +1,20 @@
-"""Exports of a run for other tools: BrowseComp-Plus run files, Pi-Serini run folders and TREC
-runs."""
+"""Exports of a run for other tools: BrowseComp-Plus run files (and their leaderboard's
+`evaluation_summary.json`), Pi-Serini run folders and TREC runs."""
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from piserini_ray.data import Benchmark, Qrels
 from piserini_ray.metrics.recall import DOC_SETS
-from piserini_ray.records import QueryRecord, RankingLog
+from piserini_ray.records import Judgement, QueryRecord, RankingLog
 
 
 def document_sets(record: QueryRecord) -> dict[str, list[str]]:
@@ -75,23 +79,131 @@ def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
         },
     }
     if record.has("usage"):
+        # Their OpenAI clients' meaning: input counts every input token, cached ones included;
+        # cache writes (Anthropic) ride along as our extension, apart from the reads.
         run["usage"] = {
             "input_tokens": record.usage.input_tokens,
             "input_tokens_cached": record.usage.cached_tokens,
             "output_tokens": record.usage.output_tokens,
+            "included_reasoning_tokens": record.usage.reasoning_tokens,
+            "total_tokens": record.usage.input_tokens + record.usage.output_tokens,
             "reasoning_tokens": record.usage.reasoning_tokens,
+            "cache_write_tokens": record.usage.cache_write_tokens,
         }
     return run
 
 
-def export_browsecomp_plus(records: list[QueryRecord], out: Path) -> list[Path]:
+_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def run_file_name(query_id: str, n: int) -> str:
+    """`run_<query id>.json` (`run_<n>.json` for an id that is not a safe file name): their
+    clients name files `run_<time>.json` and their `evaluate_run.py` (b90a68c) reads only
+    `run_*.json`."""
+    return f"run_{query_id if _SAFE.fullmatch(query_id) else f'{n:06d}'}.json"
+
+
+def export_browsecomp_plus(
+    records: list[QueryRecord],
+    out: Path,
+    judgements: dict[str, Judgement] | None = None,
+    evidence: Qrels | None = None,
+    retriever: str = "change me when submitting",
+) -> list[Path]:
+    """One `run_*.json` per query, and, when the evidence qrels are given, their leaderboard
+    submission `evaluation_summary.json` (`evaluation_summary`)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for record in records:
-        path = out / f"{record.query_id}.json"
+    for n, record in enumerate(records, start=1):
+        path = out / run_file_name(record.query_id, n)
         path.write_bytes(orjson.dumps(browsecomp_plus_run(record), option=orjson.OPT_INDENT_2))
         paths.append(path)
+    if evidence is not None:
+        summary = evaluation_summary(records, judgements or {}, evidence, retriever)
+        path = out / "evaluation_summary.json"
+        path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        paths.append(path)
     return paths
+
+
+def _their_calib_err(confidence: np.ndarray, correct: np.ndarray, beta: int = 100) -> float:
+    """`calib_err` of their evaluate_run.py (p=2, bins of `beta`, the loop stopping one bin
+    short of the last), with their sort (numpy's default, not stable)."""
+    idxs = np.argsort(confidence)
+    confidence, correct = confidence[idxs], correct[idxs]
+    bins = [[i * beta, (i + 1) * beta] for i in range(len(confidence) // beta)]
+    bins[-1] = [bins[-1][0], len(confidence)]
+    cerr = 0.0
+    for lo, hi in bins[:-1]:
+        difference = abs(np.nanmean(confidence[lo:hi]) - np.nanmean(correct[lo:hi]))
+        cerr += (hi - lo) / len(confidence) * difference**2
+    return float(np.sqrt(cerr))
+
+
+def evaluation_summary(
+    records: list[QueryRecord],
+    judgements: dict[str, Judgement],
+    evidence: Qrels,
+    retriever: str,
+    today: str | None = None,
+) -> dict[str, Any]:
+    """Their leaderboard submission as their `evaluate_run.py` (b90a68c) computes it over the
+    exported files: `Accuracy (%)` = correct / all files (a query without a verdict, a judge
+    failure, an incomplete run or an empty answer is not correct); `Recall (%)` = the mean,
+    over queries with evidence qrels, of the share of them in `retrieved_docids`;
+    `avg_tool_stats` = each tool's calls / all files; `Calibration Error (%)` = their
+    `calib_err` over the judged completed answers with the response's confidence as their
+    grader extracts it (the judge's extracted value under `judge.template: browsecomp-plus`,
+    else our parse of the same `Confidence:` line, 100 when none), 0.0 below 100 of them as
+    their script prints it; `LLM` the first file's model; `Link` left for the submitter."""
+    tools: dict[str, float] = defaultdict(int)
+    confidences: list[float] = []
+    right: list[bool] = []
+    recalls: list[float] = []
+    per_query: list[dict[str, Any]] = []
+    correct_count = 0
+    for record in records:
+        for name, count in record.tool_call_counts.items():
+            tools[name] += count
+        verdict = judgements.get(record.query_id)
+        correct = bool(verdict and verdict.status == "judged" and verdict.correct)
+        correct_count += correct
+        answered = record.status == "completed" and bool(record.final_answer)
+        if answered and verdict is not None and verdict.status == "judged":
+            theirs = getattr(verdict, "template", "piserini") == "browsecomp-plus"
+            confidence = verdict.confidence if theirs else record.confidence
+            if confidence is not None:
+                confidences.append(min(100.0, confidence))
+                right.append(bool(verdict.correct))
+        positives = set(evidence.get(record.query_id, {}))
+        retrieved = set(browsecomp_plus_run(record)["retrieved_docids"])
+        recall = len(retrieved & positives) / len(positives) if positives else None
+        if recall is not None:
+            recalls.append(recall)
+        per_query.append(
+            {
+                "query_id": record.query_id,
+                "correct": correct,
+                "recall": None if recall is None else round(recall * 100.0, 2),
+            }
+        )
+    n = len(records)
+    calibration = 0.0
+    if len(confidences) >= 100:
+        calibration = 100 * _their_calib_err(
+            np.array(confidences) / 100.0, np.array(right, dtype=float)
+        )
+    return {
+        "LLM": records[0].model if records else "change me when submitting",
+        "Accuracy (%)": round(100.0 * correct_count / n, 2) if n else 0.0,
+        "Recall (%)": round(100.0 * float(np.mean(recalls)), 2) if recalls else None,
+        "avg_tool_stats": {name: count / n for name, count in tools.items()},
+        "Calibration Error (%)": round(calibration, 2),
+        "Retriever": retriever,
+        "Link": "change me when submitting",
+        "Evaluation Date": today or date.today().isoformat(),
+        "per_query_metrics": per_query,
+    }
 
 
 #: Our document sets under Pi-Serini's names for its docid tiers (`run_pi_benchmark.ts`).

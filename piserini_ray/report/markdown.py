@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from piserini_ray.metrics.cost import cost_text
 from piserini_ray.report.agreement import agreement_markdown
 from piserini_ray.report.budget import budget_markdown
+from piserini_ray.report.imported import imported_lines
 from piserini_ray.report.metrics import Estimate, RunMetrics
 from piserini_ray.report.panel import panel_markdown
 
@@ -72,6 +73,7 @@ def imported_markdown(m: RunMetrics) -> list[str]:
         "",
         f"Imported from {' and '.join(m.imported_from)}: not in that format, shown n/a, never 0: "
         f"{missing}.",
+        *(["", *imported_lines(m.imported_run)] if m.imported_run else []),
     ]
 
 
@@ -133,8 +135,12 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             f"## {m.run_dir}",
             "",
             f"Config {m.config_hash}, model {m.model}, judge {m.judge}, "
-            f"{m.retrieval or _bm25(m)}, "
-            f"budget {m.budget_seconds:g} s, {m.queries} queries: "
+            + (
+                f"{m.retrieval or _bm25(m)}, budget {m.budget_seconds:g} s, "
+                if m.imported_run is None  # an imported run's settings are its files' (below)
+                else "settings as its files state them (below), "
+            )
+            + f"{m.queries} queries: "
             + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
             + f"; judge failures {m.judge_failed}.",
             *imported_markdown(m),

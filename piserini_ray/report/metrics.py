@@ -29,6 +29,7 @@ from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 from piserini_ray.report.agreement import JudgeAgreement
 from piserini_ray.report.budget import BudgetAnalysis, budget_analysis
 from piserini_ray.report.facts import QueryFacts, facts_for
+from piserini_ray.report.imported import ImportedRun, read_imported
 from piserini_ray.report.panel import PanelSummary
 
 
@@ -149,6 +150,9 @@ class RunMetrics(BaseModel):
     unavailable: dict[str, str] = Field(default_factory=dict)
     #: Where an imported run's records came from: "<format> (<folder>)", one per source.
     imported_from: list[str] = Field(default_factory=list)
+    #: What an imported run's own files state (model, retriever, settings), the files skipped
+    #: and why, and how its cost was priced (`imported.json`); None for a run of our own.
+    imported_run: ImportedRun | None = None
 
 
 def judge_calibration(
@@ -366,4 +370,5 @@ def aggregate(
         retrieval=config.retrieval.describe(),
         unavailable=unavailable,
         imported_from=sorted({f"{f.imported[0]} ({f.imported[1]})" for f in facts if f.imported}),
+        imported_run=read_imported(run_dir),
     )
