@@ -222,8 +222,9 @@ def cmd_power(args: argparse.Namespace) -> int:
         args.discordance is None or 0 < args.discordance <= 1
     ):
         raise ConfigError("--effect and --discordance are fractions in (0, 1]: 0.02 = 2 points")
-    print(power_markdown(pilot_power(run_facts(args.run_dir, _log), effects, args.discordance)))
-    return 0
+    pilot = pilot_power(run_facts(args.run_dir, _log), effects, args.discordance)
+    print(power_markdown(pilot))
+    return 2 if pilot.figures.discordance is None else 0  # nothing sized: --discordance asked
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -485,11 +485,11 @@ def report_epochs(config: RunConfig, run_dir: Path, log: Log) -> EpochsReport:
     """Accuracy over the epochs of the run in `run_dir` (`metrics/epochs.py`), from each
     epoch's verdicts (nothing is called), written to `epochs.json` and `epochs.md` there."""
     from piserini_ray.metrics.epochs import epoch_stats
-    from piserini_ray.report.epochs import EpochsReport, write_epochs_report
+    from piserini_ray.report.epochs import EpochsReport, epoch_outcomes, write_epochs_report
 
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id for q in benchmark.select(**config.slice.model_dump())}
-    outcomes: list[dict[str, bool]] = []
+    outcomes: list[dict[str, bool | None]] = []
     dirs = []
     for epoch in range(1, config.run.epochs + 1):
         folder = epoch_dir(run_dir, epoch)
@@ -501,8 +501,7 @@ def report_epochs(config: RunConfig, run_dir: Path, log: Log) -> EpochsReport:
         # no rankings.
         with RunStore(folder, config.for_epoch(epoch), log=log) as store:
             verdicts = _verdicts(config, store)[0]
-            judged = {q: bool(j.correct) for q, j in verdicts.items() if j.status == "judged"}
-            outcomes.append({q: judged.get(q, False) for q in store.done() & wanted})
+            outcomes.append(epoch_outcomes(verdicts, store.done() & wanted))
     report = EpochsReport(
         run_dir=str(run_dir),
         model=config.model.name,

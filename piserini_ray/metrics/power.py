@@ -19,14 +19,20 @@ the exact binomial figure):
     power(n, psi, delta) = sum_d Binom(d; n, psi) * [F(c_d; d, pi) + S(d - c_d - 1; d, pi)]
 
 with S = 1 - F. The minimum detectable difference (MDE) of n queries is the delta at which
-this power reaches the target (80 %), found by root-finding in delta (power grows with |delta|);
-the queries needed for delta are the smallest n whose power reaches the target, found by
-bisection in n from the normal approximation (Connor 1987)
+this power reaches the target (80 %), found by root-finding in delta (power grows with |delta|).
 
-    n ~ (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2 / delta^2.
+The exact power of a discrete test is not monotone in n (a saw-tooth: at discordance 1 and a
+difference of 0.2 it first reaches 80 % at 199 queries and falls below again up to 209), so
+"the queries needed" is the smallest n from which the power stays at or above the target: the
+smallest n with power(n') >= target for every n' from n up to the search bound B
+(`search_bound`): twice Connor's normal approximation (1987)
 
-The exact power of a discrete test is not strictly monotone in n (a saw-tooth a fraction of a
-point high); bisection returns a crossing of the target, as sample-size tables of exact tests do.
+    n ~ (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2 / delta^2,
+
+at least 100, doubled while the power there is below the target. Every n of [lo, B] is
+evaluated (lo: a bisection point below the target, so every later dip is seen), by the
+recurrence of D's distribution in n; beyond SCAN_LIMIT queries, where D spreads over hundreds
+of counts and averages the saw-tooth away, the bisection's crossing is returned instead.
 
 Without a second run, the discordance is assumed: two runs that are right independently of
 each other at the pilot's accuracy p disagree with probability 2 p (1 - p)
@@ -48,6 +54,8 @@ ALPHA = 0.05
 POWER = 0.80
 #: The most queries `queries_needed` considers before calling a difference out of reach.
 MAX_QUERIES = 10_000_000
+#: Up to this search bound `queries_needed` checks every n for a dip below the target.
+SCAN_LIMIT = 200_000
 
 
 def independent_discordance(accuracy: float) -> float:
@@ -72,21 +80,51 @@ def _critical(d: np.ndarray, alpha: float) -> np.ndarray:
     return np.asarray(c, dtype=float)
 
 
+def _rejection(d: np.ndarray, psi: float, delta: float, alpha: float) -> np.ndarray:
+    """P(the test rejects | D = d) for each d: F(c_d; d, pi) + S(d - c_d - 1; d, pi)."""
+    pi = 0.5 * (1.0 + delta / psi)
+    c = _critical(d, alpha)
+    reject = binom.cdf(c, d, pi) + binom.sf(d - c - 1, d, pi)
+    return np.asarray(np.where(c >= 0, reject, 0.0), dtype=float)
+
+
+def _support(n: int, psi: float) -> tuple[int, int]:
+    """D's support for n pairs, trimmed to where its mass is (beyond 1e-15 on either side)."""
+    low = int(binom.ppf(1e-15, n, psi)) if n > 2000 else 0
+    high = int(binom.isf(1e-15, n, psi)) + 1 if n > 2000 else n
+    return max(low, 0), min(high, n)
+
+
 def mcnemar_power(n: int, discordance: float, effect: float, alpha: float = ALPHA) -> float:
     """The exact power of the two-sided McNemar test at level `alpha` over `n` pairs with the
     given discordance psi and accuracy difference delta (formula in the module docstring)."""
     psi, delta = _check(discordance, effect)
     if n <= 0 or psi == 0.0:
         return 0.0
-    # D's support, trimmed to where its mass is (beyond 1e-15 on either side).
-    low = int(binom.ppf(1e-15, n, psi)) if n > 2000 else 0
-    high = int(binom.isf(1e-15, n, psi)) + 1 if n > 2000 else n
-    d = np.arange(max(low, 0), min(high, n) + 1, dtype=float)
-    pi = 0.5 * (1.0 + delta / psi)
-    c = _critical(d, alpha)
-    reject = binom.cdf(c, d, pi) + binom.sf(d - c - 1, d, pi)
-    reject = np.where(c >= 0, reject, 0.0)
-    return float(np.sum(binom.pmf(d, n, psi) * reject))
+    low, high = _support(n, psi)
+    d = np.arange(low, high + 1, dtype=float)
+    return float(np.sum(binom.pmf(d, n, psi) * _rejection(d, psi, delta, alpha)))
+
+
+def power_curve(
+    start: int, stop: int, discordance: float, effect: float, alpha: float = ALPHA
+) -> np.ndarray:
+    """`mcnemar_power(n, ...)` for every n from `start` to `stop` (inclusive, start >= 1), at
+    the cost of one pass: D's distribution for n + 1 is (1 - psi) P_n(d) + psi P_n(d - 1)."""
+    psi, delta = _check(discordance, effect)
+    if psi == 0.0:
+        return np.zeros(stop - start + 1)
+    low = _support(start, psi)[0]
+    high = _support(stop, psi)[1]
+    d = np.arange(low, high + 1, dtype=float)
+    reject = _rejection(d, psi, delta, alpha)
+    pmf = binom.pmf(d, start, psi)
+    out = np.empty(stop - start + 1)
+    for i in range(stop - start + 1):
+        out[i] = float(pmf @ reject)
+        pmf[1:] = (1.0 - psi) * pmf[1:] + psi * pmf[:-1]
+        pmf[0] *= 1.0 - psi  # the mass below `low` it would gain is below 1e-15
+    return out
 
 
 def normal_queries_needed(
@@ -101,28 +139,45 @@ def normal_queries_needed(
     return float((za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2)
 
 
-def queries_needed(
+def search_bound(
     effect: float, discordance: float, alpha: float = ALPHA, power: float = POWER
 ) -> int | None:
-    """The smallest n (by bisection on the exact power) at which the McNemar test detects an
-    accuracy difference `effect` with probability `power`; None when no n up to MAX_QUERIES
-    does (no difference, or no discordance)."""
+    """B of `queries_needed`: twice Connor's normal approximation, at least 100, doubled while
+    the exact power there is below the target; None when that passes MAX_QUERIES."""
     psi, delta = _check(discordance, effect)
     if delta == 0.0 or psi == 0.0:
         return None
-    hi = max(2, math.ceil(normal_queries_needed(delta, psi, alpha, power) * 1.5))
-    while mcnemar_power(hi, psi, delta, alpha) < power:
-        if hi >= MAX_QUERIES:
+    bound = max(100, 2 * math.ceil(normal_queries_needed(delta, psi, alpha, power)))
+    while mcnemar_power(bound, psi, delta, alpha) < power:
+        if bound >= MAX_QUERIES:
             return None
-        hi = min(hi * 2, MAX_QUERIES)
-    lo = 0  # power(0) = 0 < target
+        bound = min(bound * 2, MAX_QUERIES)
+    return bound
+
+
+def queries_needed(
+    effect: float, discordance: float, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """The smallest n from which the McNemar test detects an accuracy difference `effect` with
+    probability `power` at every n' up to the search bound (`search_bound`; the saw-tooth of
+    the exact power can dip below the target after first reaching it); None when the target
+    is out of reach below MAX_QUERIES (no difference, or no discordance)."""
+    psi, delta = _check(discordance, effect)
+    bound = search_bound(delta, psi, alpha, power)
+    if bound is None:
+        return None
+    lo, hi = 0, bound  # power(0) = 0 < target <= power(bound)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if mcnemar_power(mid, psi, delta, alpha) >= power:
             hi = mid
         else:
             lo = mid
-    return hi
+    if bound > SCAN_LIMIT:
+        return hi
+    # The last n below the target is at or after `lo` (itself below it): scan [lo + 1, bound].
+    below = np.flatnonzero(power_curve(lo + 1, bound, psi, delta, alpha) < power)
+    return lo + 1 if below.size == 0 else lo + 1 + int(below[-1]) + 1
 
 
 def minimum_detectable_difference(

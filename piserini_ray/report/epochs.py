@@ -3,11 +3,13 @@ in the run's directory, beside epoch 1's own report."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from piserini_ray.metrics.epochs import EpochStats
+from piserini_ray.records import Judgement
 from piserini_ray.report._format import percent
 
 
@@ -21,8 +23,21 @@ class EpochsReport(BaseModel):
     seeds: list[int | None]
 
 
+def epoch_outcomes(
+    verdicts: Mapping[str, Judgement], recorded: Iterable[str]
+) -> dict[str, bool | None]:
+    """One epoch's outcome per recorded query: its verdict, or None when it has none yet or
+    its judge failed (left out and listed by `epoch_stats`, never scored as wrong)."""
+    out: dict[str, bool | None] = {}
+    for query_id in recorded:
+        verdict = verdicts.get(query_id)
+        judged = verdict is not None and verdict.status == "judged"
+        out[query_id] = bool(verdict.correct) if judged and verdict is not None else None
+    return out
+
+
 def _pct(value: float | None) -> str:
-    return f"{percent(value)} %"
+    return "n/a" if value is None else f"{percent(value)} %"
 
 
 def epochs_markdown(report: EpochsReport) -> str:
@@ -38,7 +53,9 @@ def epochs_markdown(report: EpochsReport) -> str:
     lines = [
         f"## Epochs: {report.model}, {k} epochs of {s.queries} queries",
         "",
-        f"Accuracy {_pct(s.accuracy_mean)}{sd} (mean ± sd over epochs){interval}.",
+        f"Accuracy {_pct(s.accuracy_mean)}{sd} (mean ± sd over epochs){interval}."
+        if s.queries
+        else "Accuracy n/a: no query has a verdict in every epoch.",
         f"Consistency: {_pct(s.consistency)} of queries got the same verdict in every epoch.",
         "",
         "| epoch | accuracy | seed | directory |",

@@ -313,6 +313,17 @@ def pilot_power(
     if discordance is not None:
         psi: float | None = discordance
         assumption = f"discordance {discordance:.3f}, as given (--discordance)"
+    elif accuracy in (0.0, 1.0):
+        # 2p(1-p) = 0 would claim that no other run could ever disagree with this one.
+        psi, assumption = (
+            None,
+            (
+                f"the pilot's accuracy is {100 * (accuracy or 0.0):.0f} %, so it says nothing of how "
+                "often another run would disagree with it: the discordance is unknown. Pass "
+                "--discordance (the share of queries two runs disagree on, from a paired pilot) to "
+                "size the run"
+            ),
+        )
     elif accuracy is not None:
         psi = independent_discordance(accuracy)
         assumption = (
@@ -337,6 +348,7 @@ def power_markdown(p: PilotPower) -> str:
     """The pilot's accuracy, the assumption, and a table of effect -> queries needed."""
     f = p.figures
     mde = f.minimum_detectable
+    unknown = f.discordance is None
     lines = [
         "## Power from a pilot run",
         "",
@@ -351,10 +363,19 @@ def power_markdown(p: PilotPower) -> str:
         "",
         "| difference to detect (points) | queries needed |",
         "|---:|---:|",
-        *(f"| {100 * e:g} | {_count(n)} |" for e, n in f.needed),
+        *(
+            f"| {100 * e:g} | {'unknown (pass --discordance)' if unknown else _count(n)} |"
+            for e, n in f.needed
+        ),
         "",
         f"Smallest difference the pilot's {p.queries} queries detect: "
-        + (f"{100 * mde:.1f} points" if mde is not None else "out of reach at this size")
+        + (
+            "unknown without a discordance (pass --discordance)"
+            if unknown
+            else f"{100 * mde:.1f} points"
+            if mde is not None
+            else "out of reach at this size"
+        )
         + ".",
     ]
     return "\n".join(lines) + "\n"

@@ -93,3 +93,45 @@ def test_one_epoch_has_no_spread_and_no_epochs_is_an_error() -> None:
     assert stats.accuracy_sd is None and stats.pass_at == {1: 0.5} and stats.pass_all == {1: 0.5}
     with pytest.raises(ValueError):
         epoch_stats([])
+
+
+def test_a_query_without_a_verdict_is_left_out_and_listed_never_wrong() -> None:
+    """Recorded in an epoch but not judged yet, or its judge failed: left out of every figure
+    and listed (docs/guides/analyses.md), as a query missing from an epoch is."""
+    from piserini_ray.records import Judgement
+    from piserini_ray.report.epochs import EpochsReport, epoch_outcomes, epochs_markdown
+
+    def verdict(q: str, right: bool | None) -> Judgement:
+        if right is None:
+            return Judgement(query_id=q, judge_model="j", status="judge_failed", error="x")
+        return Judgement(query_id=q, judge_model="j", status="judged", correct=right)
+
+    recorded = ["q1", "q2", "q3", "q4"]
+    first = {"q1": verdict("q1", True), "q2": verdict("q2", None), "q4": verdict("q4", False)}
+    second = {q: verdict(q, q != "q4") for q in recorded}  # every query judged here
+    outcomes = [epoch_outcomes(first, recorded), epoch_outcomes(second, recorded)]
+    assert outcomes[0] == {"q1": True, "q2": None, "q3": None, "q4": False}
+    stats = epoch_stats(outcomes)
+    # q2 (judge failure) and q3 (no verdict) are out of both epochs, not wrong in the first.
+    assert stats.queries == 2 and stats.incomplete == ["q2", "q3"]
+    assert stats.accuracy_per_epoch == [0.5, 0.5] and stats.correct_counts == {0: 1, 1: 0, 2: 1}
+    report = EpochsReport(
+        run_dir="r", model="m", stats=stats, epoch_dirs=["a", "b"], seeds=[None, 1]
+    )
+    assert "2 queries without a verdict in every epoch, left out: q2, q3" in (
+        epochs_markdown(report)
+    )
+
+
+def test_no_complete_query_is_n_a_never_zero() -> None:
+    from piserini_ray.report.epochs import EpochsReport, epochs_markdown
+
+    stats = epoch_stats([{"q1": True, "q2": None}, {}])  # epoch 2 has no record yet
+    assert stats.queries == 0 and stats.incomplete == ["q1", "q2"]
+    assert stats.accuracy_mean is None and stats.accuracy_per_epoch == [None, None]
+    assert stats.pass_at == {1: None, 2: None} and stats.consistency is None
+    text = epochs_markdown(
+        EpochsReport(run_dir="r", model="m", stats=stats, epoch_dirs=["a", "b"], seeds=[1, 2])
+    )
+    assert "Accuracy n/a" in text and "0.0 %" not in text
+    assert "| 1 | n/a | 1 | `a` |" in text

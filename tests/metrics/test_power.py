@@ -96,3 +96,65 @@ def test_edges() -> None:
     figures = power_figures(200, 0.03, (0.01, 0.02, 0.05))
     assert [n is None for _, n in figures.needed] == [False, False, True]
     assert power_figures(30, 0.0, (0.01,)).minimum_detectable is None
+
+
+@cache
+def _scipy_rejected(d: int) -> np.ndarray:
+    """Which counts k = 0..d of d discordant pairs SciPy's exact two-sided binomial test at 1/2
+    rejects at 0.05. Its p-value grows with k up to d / 2 and is symmetric, so the lower
+    rejection region is found by bisection on binomtest and mirrored (the mirror is checked)."""
+    reject = np.zeros(d + 1, dtype=bool)
+    if d == 0:
+        return reject
+
+    def rejects(k: int) -> bool:
+        return binomtest(k, d, 0.5).pvalue <= 0.05
+
+    lo, hi = -1, d // 2 + 1  # rejects(lo) holds (or lo = -1), rejects(hi) does not
+    if rejects(d // 2):
+        raise AssertionError("the test rejects at the centre")
+    hi = d // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if rejects(mid) else (lo, mid)
+    if lo >= 0:
+        assert rejects(d - lo) and not rejects(d - lo - 1)  # the upper region mirrors it
+        reject[: lo + 1] = True
+        reject[d - lo :] = True
+    return reject
+
+
+def enumerated_power(n: int, discordance: float, effect: float) -> float:
+    """The power by exact enumeration of every (D, K): D ~ Bin(n, psi) discordant pairs, K ~
+    Bin(D, pi) of them won by the other run, each outcome tested by SciPy's binomtest."""
+    from scipy.stats import binom
+
+    pi = 0.5 * (1 + effect / discordance)
+    ds = [n] if discordance == 1.0 else range(n + 1)
+    total = 0.0
+    for d in ds:
+        weight = 1.0 if discordance == 1.0 else binom.pmf(d, n, discordance)
+        total += weight * float(binom.pmf(np.arange(d + 1), d, pi)[_scipy_rejected(d)].sum())
+    return total
+
+
+@pytest.mark.parametrize(
+    ("discordance", "effect", "first_crossing", "expected"),
+    [(1.0, 0.2, 199, 210), (1.0, 0.3, 90, 97), (0.3, 0.2, 61, 61), (0.6, 0.25, 79, 79)],
+)
+def test_queries_needed_is_where_the_power_stays_at_the_target(
+    discordance: float, effect: float, first_crossing: int, expected: int
+) -> None:
+    """Exact McNemar power is a saw-tooth in n: at discordance 1 and 20 points it first reaches
+    80 % at 199 queries and dips below again up to 209. The queries needed are the smallest n
+    from which it stays at or above 80 % up to the search bound, by exact enumeration."""
+    from piserini_ray.metrics.power import power_curve, search_bound
+
+    bound = search_bound(effect, discordance)
+    assert bound is not None
+    powers = [enumerated_power(n, discordance, effect) for n in range(1, bound + 1)]
+    assert power_curve(1, bound, discordance, effect) == pytest.approx(powers, abs=1e-12)
+    below = [n for n, p in enumerate(powers, 1) if p < 0.8]
+    assert min(n for n, p in enumerate(powers, 1) if p >= 0.8) == first_crossing
+    assert max(below) + 1 == expected
+    assert queries_needed(effect, discordance) == expected
