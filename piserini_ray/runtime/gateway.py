@@ -7,17 +7,29 @@ gateway actor that listens on *its* 127.0.0.1 and forwards every request, throug
 proxy actor on the driver's node, which sends it to the endpoint itself. There is still one
 provider behind them all: its quotas, faults and bill stay cluster-wide, as a real provider's
 account is.
+
+A gateway admits only the run's replicas. Any process of the node can reach its 127.0.0.1, so
+the URL a replica is handed carries a per-run secret as its first path segment
+(`http://127.0.0.1:PORT/<secret>/v1`): the gateway checks it (in constant time) and strips it
+before forwarding, and refuses anything else with a 403. It forwards only the endpoint's own
+path prefix (`/v1/...`, no `..`) and the methods a model client uses (`METHODS`), with bodies up
+to `MAX_BODY`. The secret reaches the gateway by a method call (never a creation argument,
+which Ray keeps in the GCS) and is scrubbed from what the driver writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import ipaddress
+import secrets
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from piserini_ray.llm.secrets import hold
 
 #: Headers that describe one hop of HTTP, not the message: each side sets its own.
 _HOP_BY_HOP = {
@@ -28,6 +40,23 @@ _HOP_BY_HOP = {
     "keep-alive",
     "transfer-encoding",
 }
+#: What a model client sends: POST for calls (chat, responses, messages, batch and file
+#: creation), GET for reading (a batch's state, a file's content).
+METHODS = frozenset({"GET", "POST"})
+#: The largest body a gateway admits. A request is one conversation: the largest context any
+#: model here takes is 1M tokens, about 4 MB of text, which JSON escaping (`\uXXXX` for
+#: non-ASCII text) can grow to about 24 MB at worst; 32 MiB admits that and nothing near
+#: the 1 GiB that was admitted before.
+MAX_BODY = 32 << 20
+
+
+def admitted_path(path: str, prefix: str) -> bool:
+    """Whether `path` (decoded, without the query) lies under the endpoint's own `prefix`
+    (`/v1`), with no `.` or `..` segment and no empty segment (`//`)."""
+    if prefix and not (path == prefix or path.startswith(prefix + "/")):
+        return False
+    segments = path.split("/")[1:]
+    return all(s not in ("", ".", "..") for s in segments) and not path.endswith("/")
 
 
 def is_loopback(api_base: str | None) -> bool:
@@ -54,12 +83,20 @@ class EndpointProxy:
     def __init__(self, origin: str) -> None:
         parts = urlsplit(origin)
         self.origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        self.prefix = parts.path.rstrip("/")
         self._session: Any = None
 
     async def forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         import aiohttp
+
+        # The gateways check this already; the proxy holds to it too (it is what reaches the
+        # endpoint).
+        if method not in METHODS or not admitted_path(urlsplit(path).path, self.prefix):
+            return 403, [], b"gateway: not a request of this endpoint"
+        if len(body) > MAX_BODY:
+            return 413, [], b"gateway: request body too large"
 
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=None)  # the caller's call_timeout governs
@@ -80,15 +117,21 @@ class NodeGateway:
         self.proxy = proxy
         self.prefix = prefix  # the endpoint's path (`/v1`), kept in the URL it hands out
         self._url: str | None = None
+        self._secret = ""
         self._lock = asyncio.Lock()
 
-    async def url(self) -> str:
-        """Start listening (once) and return the endpoint's URL on this node."""
+    async def url(self, secret: str) -> str:
+        """Start listening (once) and return the endpoint's URL on this node, under the
+        run's `secret` (the first path segment every request must carry)."""
         from aiohttp import web
 
         async with self._lock:
             if self._url is None:
-                app = web.Application(client_max_size=1 << 30)
+                if len(secret) < 32:
+                    raise ValueError("a gateway's secret has at least 32 characters")
+                self._secret = secret
+                hold(secret)  # never printed by this process
+                app = web.Application(client_max_size=MAX_BODY)
                 app.router.add_route("*", "/{tail:.*}", self._forward)
                 runner = web.AppRunner(app, access_log=None)
                 await runner.setup()
@@ -96,17 +139,32 @@ class NodeGateway:
                 await site.start()
                 port = runner.addresses[0][1]
                 self._runner = runner
-                self._url = f"http://127.0.0.1:{port}{self.prefix}"
+                self._url = f"http://127.0.0.1:{port}/{secret}{self.prefix}"
+            elif not hmac.compare_digest(secret, self._secret):
+                raise ValueError("this gateway serves another run")
             return self._url
 
     async def _forward(self, request: Any) -> Any:
         from aiohttp import web
 
+        given, _, rest = request.raw_path.lstrip("/").partition("/")
+        if not self._secret or not hmac.compare_digest(given.encode(), self._secret.encode()):
+            return web.Response(status=403, text="gateway: this run's replicas only")
+        path = "/" + rest
+        if not admitted_path(urlsplit(path).path, self.prefix) or "%" in urlsplit(path).path:
+            return web.Response(status=404, text="gateway: not a path of this endpoint")
+        if request.method not in METHODS:
+            return web.Response(status=405, text="gateway: not a method of this endpoint")
+        if (request.content_length or 0) > MAX_BODY:
+            return web.Response(status=413, text="gateway: request body too large")
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP]
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return web.Response(status=413, text="gateway: request body too large")
         try:
             status, reply_headers, content = await self.proxy.forward.remote(
-                request.method, request.path_qs, headers, body
+                request.method, path, headers, body
             )
         except Exception as exc:  # the proxy (or the driver's node) is gone: a 502, as a proxy
             return web.Response(status=502, text=f"gateway: the driver's endpoint is gone: {exc}")
@@ -119,6 +177,9 @@ class Gateways:
 
     def __init__(self) -> None:
         self.driver_node = ray.get_runtime_context().get_node_id()
+        #: What admits a request to this run's gateways (see the module's docstring).
+        self.secret = secrets.token_urlsafe(32)
+        hold(self.secret)
         self._proxies: dict[str, Any] = {}
         self._urls: dict[tuple[str, str], str] = {}
         self._actors: list[Any] = []
@@ -138,7 +199,7 @@ class Gateways:
                 scheduling_strategy=_pinned(node_id)
             ).remote(self._proxies[api_base], urlsplit(api_base).path.rstrip("/"))
             self._actors.append(gateway)
-            self._urls[key] = ray.get(gateway.url.remote(), timeout=60)
+            self._urls[key] = ray.get(gateway.url.remote(self.secret), timeout=60)
         return self._urls[key]
 
     def close(self) -> None:
