@@ -16,14 +16,15 @@ from piserini_ray.records import Judgement, QueryRecord, now_iso
 from piserini_ray.store import RunStore
 
 
-def _pilot(tmp_path: Path, right: bool) -> Path:
-    """A run of the sample's first 20 queries, every answer judged `right` (or wrong)."""
+def _pilot(tmp_path: Path, right: bool, mixed: int = 0) -> Path:
+    """A run of the sample's first 20 queries, every answer judged `right` (or wrong) but the
+    first `mixed`, judged the other way."""
     config = RunConfig()
-    run_dir = tmp_path / ("right" if right else "wrong")
+    run_dir = tmp_path / f"{right}-{mixed}"
     queries = load_benchmark(config.benchmark).select(**config.slice.model_dump())[:20]
     judge = config.judge_model().name
     with RunStore(run_dir, config) as store:
-        for q in queries:
+        for i, q in enumerate(queries):
             store.append(
                 QueryRecord(
                     run_id=store.run_id, config_hash=store.config_hash, query_id=q.query_id,
@@ -33,7 +34,8 @@ def _pilot(tmp_path: Path, right: bool) -> Path:
             )  # fmt: skip
             store.append_judgement(
                 Judgement(
-                    query_id=q.query_id, judge_model=judge, status="judged", correct=right,
+                    query_id=q.query_id, judge_model=judge, status="judged",
+                    correct=right if i >= mixed else not right,
                     confidence=100.0, attempts=1,
                 )
             )  # fmt: skip
@@ -56,3 +58,14 @@ def test_a_pilot_at_0_or_100_percent_asks_for_the_discordance(
     assert f"| 5 | {queries_needed(0.05, 0.2):,} |" in out
     mde = minimum_detectable_difference(20, 0.2)
     assert ("out of reach at this size" if mde is None else f"{100 * mde:.1f} points") in out
+
+
+def test_a_mixed_pilot_assumes_2p_1_minus_p(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _pilot(tmp_path, False, mixed=5)  # 5 of 20 right: p = 0.25, 2p(1-p) = 0.375
+    assert main(["power", str(run_dir), "--effect", "0.05", "--effect", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "Discordance assumed 2p(1-p) = 0.375 at the pilot's accuracy p = 0.250" in out
+    assert f"| 5 | {queries_needed(0.05, 0.375):,} |" in out
+    assert "| 50 | out of reach |" in out  # above the discordance: no run wins that often
