@@ -5,28 +5,43 @@ has it, through Ray, verified by the index's content key, and keeps it under tha
 The driver's node (where `prepare` built or found the index) runs one `IndexServer` per index:
 its file list (`retrieval/index_files.py`) and its bytes, in chunks. A replica (`local_index`)
 uses, in order: the driver's own folder where this node can read it (the same node, or shared
-storage every node mounts); a copy shipped earlier whose every file still matches the list
-(one byte changed anywhere and it is fetched again); else a new copy, fetched chunk by chunk,
+storage every node mounts); a copy shipped earlier; else a new copy, fetched chunk by chunk,
 checked whole, then moved into place. Queries, qrels and the corpus stay on the driver: a
 replica needs only the index.
+
+Only the driver's list is trusted. The list is validated again where it arrives (safe relative
+names only: no `..`, no absolute name). A folder is used only when every listed file hashes to
+the list's SHA-256 and no other file is there (`index_files.damaged_files`): matching names and
+sizes are not enough. Each received chunk must have the length asked for. So that a node does
+not hash a multi-GB index for every replica it starts, it keeps a record of the files it
+hashed, each with its `stamp` (inode, size, mtime and ctime: any write changes it), under its
+own `PISERINI_RAY_HOME` (`indexes/verified/`), and hashes again any file whose stamp moved.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import ray
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import default_home
 from piserini_ray.errors import DataError
 from piserini_ray.retrieval.index import locked
-from piserini_ray.retrieval.index_files import IndexFiles, damaged_files, index_files
+from piserini_ray.retrieval.index_files import (
+    IndexFiles,
+    damaged_files,
+    index_files,
+    read_json_cache,
+    unsafe_name,
+    write_json_cache,
+)
 
 #: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
 #: enough that a fetch holds a few dozen MB of the object store at once.
@@ -93,18 +108,53 @@ def _same_sizes(folder: Path, files: IndexFiles) -> bool:
     )
 
 
+def _record(folder: Path, files: IndexFiles) -> Path:
+    """Where this node keeps what it hashed of `folder` for the index `files`."""
+    where = hashlib.sha256(str(folder.absolute()).encode()).hexdigest()[:16]
+    return default_home() / "indexes" / "verified" / f"{files.content_key}-{where}.json"
+
+
+def verified(folder: Path, files: IndexFiles, record: Path | None = None) -> list[str]:
+    """`damaged_files` of `folder` against the driver's list, every file hashed unless this
+    node's record (`record`, default `_record`) holds it at its current stamp; the record keeps
+    what hashed right."""
+    record = record or _record(folder, files)
+    known = read_json_cache(record)
+    bad = damaged_files(folder, files, known)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_json_cache(record, {path: known[path] for path in known if path not in bad})
+    return bad
+
+
+def trusted_list(source: IndexSource) -> IndexFiles:
+    """The driver's file list, validated here (Ray hands models over without validating)."""
+    try:
+        return source.files.checked()
+    except ValidationError as error:
+        raise DataError(
+            source.path,
+            f"the driver's index file list names unsafe files: {error}",
+        ) from None
+
+
 def local_index(source: IndexSource, log: Any = print) -> Path:
     """The index folder this node uses for `source` (see the module's docstring)."""
+    files = trusted_list(source)
     here = Path(source.path)
-    if _same_sizes(here, source.files):
-        return here  # the driver's node, or storage every node shares
-    files = source.files
     home = default_home() / "indexes" / "shipped" / files.content_key
-    target = home / files.name
     home.mkdir(parents=True, exist_ok=True)
-    with locked(home / ".lock"):  # one fetch per node, however many replicas start
+    target = home / files.name
+    with locked(home / ".lock"):  # one check and one fetch per node, however many replicas
+        if _same_sizes(here, files):  # the driver's node, or storage every node shares
+            bad = verified(here, files)
+            if not bad:
+                return here
+            log(
+                f"index {files.name}: the folder {here} does not match the driver's file list "
+                f"({len(bad)} file(s), e.g. {bad[0]}); using a copy shipped to this node"
+            )
         if target.exists():
-            bad = damaged_files(target, files)
+            bad = verified(target, files)
             if not bad:
                 log(f"index {files.name}: the copy shipped to this node earlier ({target})")
                 return target
@@ -113,13 +163,12 @@ def local_index(source: IndexSource, log: Any = print) -> Path:
                 f"{bad[0]}); fetching it again"
             )
             shutil.rmtree(target)
-        _fetch(source, target, log)
+        _fetch(source, files, target, log)
     return target
 
 
-def _fetch(source: IndexSource, target: Path, log: Any) -> None:
+def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> None:
     server = ray.get_actor(source.server)
-    files = source.files
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
@@ -135,7 +184,9 @@ def _fetch(source: IndexSource, target: Path, log: Any) -> None:
             _write(partial, *pending.pop(0))
     while pending:
         _write(partial, *pending.pop(0))
-    bad = damaged_files(partial, files)
+    # Hashed whole; what hashed right is recorded for the target it becomes (a rename moves
+    # no file's inode or times).
+    bad = verified(partial, files, _record(target, files))
     if bad:
         shutil.rmtree(partial, ignore_errors=True)
         raise DataError(
@@ -153,10 +204,23 @@ def _fetch(source: IndexSource, target: Path, log: Any) -> None:
 
 
 def _write(folder: Path, piece: tuple[str, int, int], ref: Any) -> None:
-    relative, offset, _size = piece
+    write_chunk(folder, piece, ray.get(ref))
+
+
+def write_chunk(folder: Path, piece: tuple[str, int, int], data: bytes) -> None:
+    """Put one received chunk in place: only under `folder`, at a safe name of the list, and
+    only with the length that was asked for."""
+    relative, offset, size = piece
+    if problem := unsafe_name(relative):
+        raise DataError(relative, f"refused: an index file name that {problem}")
+    if len(data) != size:
+        raise DataError(
+            str(folder / relative),
+            f"a chunk at offset {offset} came with {len(data)} bytes, not {size}: the index "
+            "changed on the driver's node while it was shipped; run again",
+        )
     path = folder / relative
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = ray.get(ref)
     with open(path, "r+b" if path.exists() else "wb") as f:
         f.seek(offset)
         f.write(data)
