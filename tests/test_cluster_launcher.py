@@ -70,14 +70,65 @@ def test_data_and_results_stay_out_of_the_working_dir(prepared: dict) -> None:
     from piserini_ray.config import load_config
 
     mounts = prepared["file_mounts"]
-    assert mounts["~/piserini_ray"] == "." and "~/piserini_ray_data" in mounts
+    assert mounts["~/piserini_ray/piserini_ray"] == "./piserini_ray"
+    assert "~/piserini_ray_data" in mounts
     config = load_config(ROOT / "configs" / "browsecomp-plus.yaml")
     data = Path("~/piserini_ray_data").expanduser()
     assert config.benchmark.corpus is not None and config.benchmark.corpus.is_relative_to(data)
-    assert {".venv", "runs", "data"} <= set(prepared["rsync_exclude"])
+    assert not {".venv", "runs", "data"} & {Path(source).name for source in mounts.values()}
     starts = prepared["head_start_ray_commands"] + prepared["worker_start_ray_commands"]
     assert all("PISERINI_RAY_HOME=~/piserini_ray_home" in s for s in starts if "ray start" in s)
     assert "~/piserini_ray_home/runs/" in (ROOT / "cluster.yaml").read_text()  # rsync-down
+
+
+#: What a node needs of the checkout: the package, its build and lock, configs and job scripts.
+NODE_NEEDS = {"piserini_ray", "configs", "jobs", "Makefile", "pyproject.toml", "requirements.lock",
+              "README.md"}  # fmt: skip
+
+
+def _synced(checkout: Path, prepared: dict) -> set[str]:
+    """The files of `checkout` that `ray up` copies to a node: under each local mount source
+    of the checkout, except what an `rsync_exclude` pattern matches (rsync matches a pattern
+    without `/` against each path component's name)."""
+    import fnmatch
+
+    excludes = prepared["rsync_exclude"]
+    found = set()
+    for source in prepared["file_mounts"].values():
+        if not source.startswith("."):
+            continue  # the data folder and the token: not the checkout
+        root = (checkout / source).resolve()
+        for path in [root] if root.is_file() else root.rglob("*"):
+            parts = path.relative_to(checkout).parts
+            excluded = any(
+                fnmatch.fnmatch(part, pattern.removeprefix("**/"))
+                for part in parts
+                for pattern in excludes
+            )
+            if path.is_file() and not excluded:
+                found.add("/".join(parts))
+    return found
+
+
+def test_nodes_get_only_what_they_need_of_the_checkout(prepared: dict, tmp_path: Path) -> None:
+    """An explicit list of what a node needs, and files named like secrets left out of it:
+    a `.env` or a `*.pem` in the checkout travels to no node."""
+    code = {k: v for k, v in prepared["file_mounts"].items() if v.startswith(".")}
+    assert {Path(v).name for v in code.values()} == NODE_NEEDS
+    assert all((ROOT / v).exists() for v in code.values())
+    checkout = tmp_path / "checkout"
+    for name in [*NODE_NEEDS, ".env", "deploy.pem", "runs/r/records.jsonl", ".git/config",
+                 "piserini_ray/.env", "configs/.env.local", "jobs/k8s/tls.key",
+                 "piserini_ray/__pycache__/x.pyc"]:  # fmt: skip
+        folder = name in ("piserini_ray", "configs", "jobs")
+        path = checkout / name / "x.py" if folder else checkout / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    synced = _synced(checkout, prepared)
+    assert synced == {
+        "Makefile", "pyproject.toml", "requirements.lock", "README.md",
+        "piserini_ray/x.py", "configs/x.py", "jobs/x.py",
+    }  # fmt: skip
 
 
 COMMAND_LISTS = (

@@ -429,3 +429,10 @@ def test_epoch_one_is_named_as_a_run_without_epochs_and_each_later_epoch_apart()
     hashes = {three.for_epoch(e).config_hash() for e in (1, 2, 3)}
     assert len(hashes) == 3 and plain.config_hash() in hashes
     assert [three.for_epoch(e).run.request_seed() for e in (1, 2, 3)] == [None, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["../../etc", "a/b", ".hidden", "..", "x" * 101, "with space"])
+def test_the_benchmark_name_is_a_plain_folder_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"benchmark\.name"):
+        load_config(None, {"benchmark.name": name})
+    assert load_config(None, {"benchmark.name": "browsecomp-plus_v1.2"}).benchmark.name

@@ -249,6 +249,19 @@ class BenchmarkConfig(StrictModel):
     canary: str | None = None
 
     @model_validator(mode="after")
+    def _name_is_a_folder_name(self) -> BenchmarkConfig:
+        # It names run directories (`<runs root>/<benchmark>-<model>-<hash>`) and tuning folders.
+        if self.name is not None and not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", self.name
+        ):
+            raise ValueError(
+                f"benchmark.name {self.name!r} must be a plain name of at most 100 letters, "
+                "digits, '.', '_' or '-' (starting with a letter or digit): it names run "
+                "directories, e.g. browsecomp-plus"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_paths(self) -> BenchmarkConfig:
         given = [
             f for f in ("queries", "corpus", "qrels_evidence", "qrels_gold") if getattr(self, f)
