@@ -146,6 +146,7 @@ class _Tally:
     #: set -> (docids dropped, files)
     dropped: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
     unsplit_cache: list[str] = field(default_factory=list)
+    no_retrieved: list[str] = field(default_factory=list)
 
     def drop(self, name: str, count: int, file: str) -> None:
         if count:
@@ -173,6 +174,11 @@ class _Tally:
                 f"cited_docids of {len(self.rederived)} run(s) did not resolve in the corpus "
                 "(Pi-Serini's writer keeps only the digit runs of bracketed citations): "
                 f"citations parsed again from the answer text: {some(self.rederived)}"
+            )
+        if self.no_retrieved:
+            notes.append(
+                f"{len(self.no_retrieved)} run(s) without retrieved_docids: nothing surfaced for "
+                f"them (recall 0), as their evaluator counts it: {some(self.no_retrieved)}"
             )
         if self.unsplit_cache:
             notes.append(
@@ -213,7 +219,7 @@ def _held(run: Run) -> dict[str, list[str]]:
     if isinstance(run, BrowseCompPlusRun):
         # Our own export keeps all five sets; theirs has only what the retriever returned.
         held = dict(run.metadata.document_sets or {})
-        held.setdefault("surfaced", run.retrieved_docids)
+        held.setdefault("surfaced", run.retrieved_docids or [])
         return held
     tiers = {name: getattr(run, key) for name, key in PI_SERINI_TIERS.items()}
     held = {name: docs for name, docs in tiers.items() if docs is not None}
@@ -285,6 +291,8 @@ def to_record(
     sets, lacking = _sets(run, final, completed, exists, tally, source.name)
     unavailable: list[Unavailable] = [*lacking, "trajectory", "rankings", "timing"]
     if isinstance(run, BrowseCompPlusRun):
+        if run.retrieved_docids is None and not run.metadata.document_sets:
+            tally.no_retrieved.append(source.name)
         mapped = browsecomp_plus_usage(run)
         if mapped.unsplit_cache:
             tally.unsplit_cache.append(source.name)

@@ -108,7 +108,8 @@ class BrowseCompPlusUsage(BaseModel):
 
 
 class BrowseCompPlusRun(RunFile):
-    retrieved_docids: list[Id] = Field(default_factory=list)
+    #: None when the file has none: their evaluator then counts no document retrieved.
+    retrieved_docids: list[Id] | None = None
     usage: BrowseCompPlusUsage | None = None
 
 
