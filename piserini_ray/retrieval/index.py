@@ -25,6 +25,7 @@ import orjson
 from pydantic import BaseModel
 
 from piserini_ray.config import RetrievalConfig
+from piserini_ray.config.secrets import SECRET_NAME
 from piserini_ray.data.benchmark import Corpus
 from piserini_ray.errors import IndexBuildError
 from piserini_ray.retrieval.docstore import DocstoreWriter
@@ -165,10 +166,29 @@ def _build(corpus: Corpus, tmp: Path, threads: int, heap: str, log: Callable[[st
     return num_docs
 
 
+#: What the indexer child keeps of this process's environment: what Python, the JVM and this
+#: package read. Nothing else: a key, whatever its variable is called, stays with the driver.
+_CHILD_KEEPS = re.compile(
+    r"(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|TZ|TMPDIR|TEMP|TMP|PWD|SHELL|TERM|VIRTUAL_ENV"
+    r"|LD_LIBRARY_PATH|OMP_NUM_THREADS|PYTHON[A-Z0-9_]*|LC_[A-Z_]+|JAVA_[A-Z_]+|JDK_[A-Z_]+"
+    r"|PISERINI_RAY_[A-Z0-9_]+)"
+)
+
+
+def indexer_env(heap: str) -> dict[str, str]:
+    """The indexer child's environment (`child_env`), without any variable it does not need
+    and without any whose name marks a secret."""
+    return {
+        name: value
+        for name, value in child_env(heap).items()
+        if _CHILD_KEEPS.fullmatch(name) and not SECRET_NAME.search(name)
+    }
+
+
 def _run_child(tmp: Path, *args: str, heap: str) -> None:
     cmd = [sys.executable, "-m", "piserini_ray.retrieval._indexer_main", *args]
     with open(tmp / "build.log", "ab") as logf:
-        proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env(heap))
+        proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=indexer_env(heap))
     if proc.returncode != 0:
         tail = (tmp / "build.log").read_text(errors="replace").splitlines()[-20:]
         raise IndexBuildError(
