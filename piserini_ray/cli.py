@@ -212,6 +212,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """Rank runs of one benchmark, each tested against the top (report/leaderboard.py)."""
+    from piserini_ray.pipeline import run_figures
+    from piserini_ray.report.leaderboard import leaderboard, leaderboard_markdown, write_leaderboard
+
+    try:
+        board = leaderboard([run_figures(d, _log) for d in args.run_dirs], args.seed)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    print(leaderboard_markdown(board))
+    if args.out is not None:
+        print("wrote " + ", ".join(str(p.absolute()) for p in write_leaderboard(board, args.out)))
+    return 0
+
+
 def cmd_power(args: argparse.Namespace) -> int:
     """Size a run from one pilot: the queries each assumed effect needs (exact McNemar)."""
     from piserini_ray.pipeline import run_facts
@@ -728,6 +743,11 @@ def _analysis_commands(sub: Any, add: _Add) -> None:
     p.add_argument("--out", type=Path, help="also write compare.md and compare.json here")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("leaderboard", help="Rank runs of one benchmark, each against the top.")
+    p.add_argument("run_dirs", type=Path, nargs="+", help="RUN [RUN ...]")
+    p.add_argument("--out", type=Path, help="also write leaderboard.md, .html and .json here")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.set_defaults(func=cmd_leaderboard)
     p = sub.add_parser("power", help="Size a run from a pilot run and an assumed effect.")
     p.add_argument("run_dir", type=Path, help="the pilot run")
     p.add_argument(

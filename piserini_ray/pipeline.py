@@ -609,6 +609,20 @@ def _facts(
 def run_facts(run_dir: Path, log: Log) -> RunFacts:
     """A finished run's per-query facts under its primary judge, from its own manifest and
     what is judged already (nothing is called): the input of a paired comparison."""
+    return _read_run(run_dir, log)[2]
+
+
+def run_figures(run_dir: Path, log: Log) -> tuple[RunMetrics, RunFacts]:
+    """A finished run's figures and per-query facts from what is judged already, written
+    nowhere (nothing is called): the input of a leaderboard row."""
+    from piserini_ray.report.metrics import aggregate
+
+    config, judgements, facts = _read_run(run_dir, log)
+    pricing = pricing_for(config)
+    return aggregate(config, Path(facts.run_dir), facts.facts, judgements, pricing), facts
+
+
+def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement], RunFacts]:
     config = manifest_config(run_dir)
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
@@ -618,11 +632,14 @@ def run_facts(run_dir: Path, log: Log) -> RunFacts:
 
         judge = panel_name([m.name for m in config.judge.models])
     with RunStore(run_dir, config, log=log) as store:
-        facts = _facts(store, benchmark, wanted, _verdicts(config, store)[0])
+        judgements = _verdicts(config, store)[0]
+        facts = _facts(store, benchmark, wanted, judgements)
         directory = str(store.run_dir)
     price = pricing_for(config).model_price(config.model)
     from piserini_ray.report.paired import RunFacts
 
-    return RunFacts(
-        run_dir=directory, model=config.model.name, judge=judge, facts=facts, price=price
+    return (
+        config,
+        judgements,
+        RunFacts(run_dir=directory, model=config.model.name, judge=judge, facts=facts, price=price),
     )

@@ -4,6 +4,8 @@ two-line definition."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike
 from pydantic import BaseModel
@@ -59,3 +61,16 @@ def fleiss_kappa(ratings: ArrayLike) -> float | None:
     if chance >= 1.0:
         return None
     return (float(per_item.mean()) - chance) / (1 - chance)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error over the m tests), in the input
+    order: with p ascending, adjusted p_(i) = max over j <= i of min(1, (m - j + 1) p_(j))."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
