@@ -11,12 +11,15 @@ and starts Ray on them with `ray start --block`:
 - host 2, a bare node: `ip netns exec NS2 unshare -m --propagation private sh -c '...mounts...;
   exec env -i PATH=... HOME=... ray start --address ADDR1:PORT --node-ip-address ADDR2 --block'`.
   In its own mount namespace it has an empty /tmp of its own (only its own folder, on the real
-  disk so that its logs outlive it, is moved back in: host 1's folders, the driver's data folder
-  `TwoHosts.data` and pytest's tmp dirs are not there), an empty /dev/shm, and a tmpfs over its
+  disk so that its logs outlive it, is moved back in, and the virtual environment and the
+  package where they live under /tmp, as on a node that has them installed: host 1's folders,
+  the driver's data folder `TwoHosts.data`, the rest of a checkout under /tmp and pytest's tmp
+  dirs are not there), an empty /dev/shm, and a tmpfs over its
   HOME, its `PISERINI_RAY_HOME`, the driver's `~/.cache` (the whole HOME unless Python lives in
   it, as pyenv's does) and whatever `hide` names. Its environment is only PATH, HOME, LANG,
-  PISERINI_RAY_HOME, Ray's switches (`RAY_SWITCHES`) and `host2_env`: nothing of the driver's,
-  no `*_API_KEY`. It has the package (the same venv and checkout on the same disk), nothing else.
+  PISERINI_RAY_HOME, Ray's switches (`RAY_SWITCHES`), the path of its copy of the cluster's
+  token (token authentication is on, as on every Ray we start) and `host2_env`: nothing of the
+  driver's, no `*_API_KEY`. It has the package (the same venv on the same disk), nothing else.
 
 Teardown (`close`, also on a failed `start`) stops every process by PID: each `ray start
 --block` gets SIGTERM (its handler drains and stops that node's GCS, raylet, agents and
@@ -86,16 +89,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import piserini_ray
+
 VENV_BIN = Path(sys.executable).parent
-#: Ray's switches every host gets (no telemetry, no token auth unless a test asks for it).
+#: The virtual environment, and the package it imports (an editable install points at the
+#: checkout): what a real node has installed, so host 2 sees them wherever they are.
+VENV = Path(sys.prefix)
+PACKAGE = Path(piserini_ray.__file__).resolve().parent
+#: Ray's switches every host gets: no telemetry, token authentication on (the kit's own
+#: token, in a 0600 file on each host, unless a test names another with RAY_AUTH_TOKEN).
 RAY_SWITCHES = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",  # Ray's multi-node switch (0 in conftest)
-    "RAY_AUTH_MODE": "disabled",
+    "RAY_AUTH_MODE": "token",
     "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1",
 }
 #: Variables of the test's environment that must not leak into host 1 or its drivers.
-DROPPED = ("RAY_ADDRESS", "RAY_TMPDIR")
+DROPPED = ("RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN_PATH")
+
+
+def _private_file(path: Path, text: str) -> Path:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    return path
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -254,6 +270,9 @@ class TwoHosts:
         #: host 1's `PISERINI_RAY_HOME` (the driver's), and host 2's (a tmpfs).
         self.piserini_home = (self.host1.dir / "piserini-home", self.host2.dir / "piserini-home")
         self.host2_home = self.host2.dir / "home"
+        #: The cluster's token: host 1 reads this file, host 2 a copy in its own folder.
+        self.token = secrets.token_hex(32)
+        self.token_files = (self.root / "auth_token", self.host2.dir / "auth_token")
         #: Every process seen in either namespace: `(pid, start time)`.
         self.seen: set[tuple[int, str]] = set()
         #: What still lived in the namespaces once both `ray start` processes had exited.
@@ -280,9 +299,10 @@ class TwoHosts:
     def host1_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """Host 1's environment (the test's, `head_env`, Ray's switches), plus `env`."""
         base = {k: v for k, v in os.environ.items() if k not in DROPPED}
-        return base | RAY_SWITCHES | {"PISERINI_RAY_HOME": str(self.piserini_home[0])} | {
-            **self.head_env, **(env or {})
-        }  # fmt: skip
+        return base | RAY_SWITCHES | {
+            "PISERINI_RAY_HOME": str(self.piserini_home[0]),
+            "RAY_AUTH_TOKEN_PATH": str(self.token_files[0]),
+        } | {**self.head_env, **(env or {})}  # fmt: skip
 
     def host2_environment(self) -> dict[str, str]:
         return RAY_SWITCHES | {
@@ -290,8 +310,17 @@ class TwoHosts:
             "HOME": str(self.host2_home),
             "LANG": "C.UTF-8",
             "PISERINI_RAY_HOME": str(self.piserini_home[1]),
+            "RAY_AUTH_TOKEN_PATH": str(self.token_files[1]),
             **self.host2_env,
         }
+
+    def host2_installed(self) -> list[Path]:
+        """What host 2 keeps of the driver's files under /tmp (which it otherwise has empty):
+        its own folder, and the virtual environment, the package and Python wherever they
+        are, as a node that has the package installed. Nothing else of the checkout."""
+        own = [self.host2.dir]
+        installed = [VENV, PACKAGE, Path(sys.base_prefix).resolve()]
+        return own + [p for p in dict.fromkeys(installed) if p.is_relative_to("/tmp")]
 
     def host2_hidden(self) -> list[Path]:
         """The folders host 2 sees as empty tmpfs, besides /tmp and /dev/shm (which it has
@@ -321,6 +350,8 @@ class TwoHosts:
                 path.mkdir(parents=True, exist_ok=True)
             for host in (self.host1, self.host2):
                 host.temp_dir.mkdir(parents=True, exist_ok=True)
+            for path in self.token_files:
+                _private_file(path, self.token)
             self._start_host1()
             self._start_host2()
         except BaseException:
@@ -377,16 +408,23 @@ class TwoHosts:
     def _start_host2(self) -> None:
         command = [*self._ray_start(self.host2), f"--address={self.head_address}"]
         env = [f"{k}={v}" for k, v in self.host2_environment().items()]
-        # In its own mount namespace, sh gives host 2 an empty /tmp with only its own folder in
-        # it (moved there through /mnt) and an empty /dev/shm, mounts a tmpfs over each folder
-        # before `--`, then execs what follows: the PID we hold becomes `ray start`'s (ip netns
-        # exec, unshare, sh and env all exec).
+        # In its own mount namespace, sh gives host 2 an empty /tmp with only the folders before
+        # `+` in it (its own, and the venv and package when they live under /tmp: each bound
+        # to a staging point on a tmpfs at /mnt, then moved back to its path) and an empty
+        # /dev/shm, mounts a tmpfs over each folder between `+` and `--`, then execs what
+        # follows: the PID we hold becomes `ray start`'s (ip netns exec, unshare, sh and env
+        # all exec).
         script = (
-            'set -e; own=$1; shift; mount --bind "$own" /mnt; mount -t tmpfs tmpfs /tmp; '
-            'mkdir -p "$own"; mount --move /mnt "$own"; mount -t tmpfs tmpfs /dev/shm; '
+            "set -e; mount -t tmpfs tmpfs /mnt; n=0; "
+            'for d; do [ "$d" = + ] && break; n=$((n+1)); mkdir /mnt/$n; '
+            'mount --bind "$d" /mnt/$n; done; '
+            "mount -t tmpfs tmpfs /tmp; n=0; "
+            'while [ "$1" != + ]; do n=$((n+1)); mkdir -p "$1"; mount --move /mnt/$n "$1"; '
+            "shift; done; shift; umount /mnt; mount -t tmpfs tmpfs /dev/shm; "
             'while [ "$1" != -- ]; do mount -t tmpfs tmpfs "$1"; shift; done; shift; exec "$@"'
         )
-        hidden = [str(self.host2.dir), *map(str, self.host2_hidden())]
+        kept = [str(p) for p in self.host2_installed()]
+        hidden = [*kept, "+", *map(str, self.host2_hidden())]
         with self.host2.log.open("wb") as log:
             self.host2.process = subprocess.Popen(
                 ["ip", "netns", "exec", self.host2.netns,

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Literal
 
 from piserini_ray.config import RuntimeConfig
+from piserini_ray.errors import ConfigError
 
 Log = Callable[[str], None]
 
@@ -36,14 +39,51 @@ JVM_SAFE_ENV = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}
 
 
 def prepare_local_ray() -> None:
-    """Settings for a local instance: no telemetry, no token auth to set up, loopback addresses
-    only, and the JVM-safe signal setting. Ray reads these when it is imported: call this
-    before."""
+    """Settings for a local instance: no telemetry, loopback addresses only, the JVM-safe
+    signal setting, and Ray's token authentication on with a private token
+    (`ensure_private_token`). Ray reads these when it is imported: call this before."""
     for key, value in JVM_SAFE_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ensure_private_token()
+
+
+#: Where Ray looks for its token when neither RAY_AUTH_TOKEN nor RAY_AUTH_TOKEN_PATH is set.
+DEFAULT_TOKEN_PATH = Path("~/.ray/auth_token")
+
+
+def ensure_private_token() -> Path | None:
+    """Token authentication on (`RAY_AUTH_MODE=token`) with a token only this user can read.
+
+    Whoever holds a Ray's token can run code as the driver's user and read its environment,
+    keys included; without token auth, any process on the machine can (another user's too).
+    So the run never turns it off, and refuses `RAY_AUTH_MODE=disabled` from the environment.
+    The token is `RAY_AUTH_TOKEN`, else the file `RAY_AUTH_TOKEN_PATH`, else Ray's own
+    `~/.ray/auth_token`, created here (0600) when missing. A token file that others can read is
+    made private (0600). Returns the token file, or None when the token is a variable."""
+    mode = os.environ.get("RAY_AUTH_MODE", "token").strip().lower()
+    if mode != "token":
+        raise ConfigError(
+            f"RAY_AUTH_MODE={os.environ['RAY_AUTH_MODE']}: a local Ray without token "
+            "authentication lets any process on this machine join it and run code as you "
+            "(keys included). Unset RAY_AUTH_MODE (or set it to token)"
+        )
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        # Created private from the first byte (no window with the umask's mode).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
+    else:
+        with os.fdopen(fd, "w") as token:
+            token.write(secrets.token_hex(32))  # 256 bits, as Ray's own generator
+    return path
 
 
 _lock = threading.Lock()

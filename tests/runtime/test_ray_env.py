@@ -3,20 +3,24 @@ process: these tests start and end Ray instances of their own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
 import orjson
+import pytest
 
 
-def _run(script: str) -> dict[str, object]:
-    """Run `script` in a new interpreter; it prints one JSON object last."""
+def _run(script: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run `script` in a new interpreter (in `env`, else this one's); it prints one JSON
+    object last."""
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = orjson.loads(done.stdout.strip().splitlines()[-1])
@@ -127,3 +131,93 @@ def test_a_config_mistake_stops_the_ray_engine_before_ray_starts(tmp_path) -> No
     assert "PISERINI_TEST_KEY_NEVER_SET, which is not set" in str(result["error"])
     assert result["ray"] is False  # not even imported
     assert not list(tmp_path.iterdir())
+
+
+#: A stranger on the machine: another HOME (so no ~/.ray/auth_token of the driver's), no
+#: token variables; it tries to join the Ray at argv[1].
+STRANGER = """
+import sys
+import ray
+try:
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    print("JOINED", ray.cluster_resources().get("CPU"), flush=True)
+except Exception as error:
+    print("REFUSED", type(error).__name__, flush=True)
+"""
+
+
+def test_a_process_without_the_token_cannot_join_the_ray_a_run_started(tmp_path) -> None:
+    # Ray 2.59+ turns token auth on for a new local ray.init(); a run used to switch it off
+    # (RAY_AUTH_MODE=disabled), and any process of any user could then join and run code
+    # as the driver's user.
+    stranger = tmp_path / "stranger.py"
+    stranger.write_text(STRANGER)
+    home, driver_home = tmp_path / "home", tmp_path / "driver-home"
+    home.mkdir()
+    # The driver as a user starts it: no RAY_AUTH_* of the test session's, its own HOME.
+    driver = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    result = _run(
+        f"""
+        import json, os, stat, subprocess, sys
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray_async
+
+        start_ray_async(RuntimeConfig(num_cpus=1, object_store_mb=100)).result()
+        import ray
+
+        address = ray.get_runtime_context().gcs_address
+        env = {{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}}
+        env["HOME"] = {str(home)!r}
+        tried = []
+        for mode in (None, "disabled"):
+            extra = {{"RAY_AUTH_MODE": mode}} if mode else {{}}
+            done = subprocess.run(
+                [sys.executable, {str(stranger)!r}, address], env=env | extra,
+                capture_output=True, text=True, timeout=240,
+            )
+            tried.append(done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]])
+
+        @ray.remote
+        def square(x):
+            return x * x
+
+        squares = ray.get([square.remote(i) for i in range(3)], timeout=120)
+        token = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+        mode = stat.S_IMODE(os.stat(token).st_mode)
+        auth = os.environ["RAY_AUTH_MODE"]
+        release_ray_async().join()
+        print(json.dumps({{"tried": tried, "squares": squares, "mode": mode, "auth": auth}}))
+        """,
+        env=driver | {"HOME": str(driver_home)},
+    )
+    for attempt in result["tried"]:
+        assert "JOINED" not in str(attempt), result
+    assert result["squares"] == [0, 1, 4]  # the run's own Ray works on
+    assert result["auth"] == "token" and result["mode"] == 0o600
+
+
+def test_a_token_file_is_created_private_and_a_readable_one_made_private(
+    tmp_path, monkeypatch
+) -> None:
+    from piserini_ray.runtime.ray_env import ensure_private_token
+
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    made = ensure_private_token()
+    assert made == tmp_path / ".ray" / "auth_token"
+    assert made.stat().st_mode & 0o777 == 0o600 and len(made.read_text()) == 64
+    made.chmod(0o644)
+    before = made.read_text()
+    assert ensure_private_token() == made
+    assert made.stat().st_mode & 0o777 == 0o600 and made.read_text() == before
+
+
+def test_token_auth_switched_off_in_the_environment_is_refused(monkeypatch) -> None:
+    from piserini_ray.errors import ConfigError
+    from piserini_ray.runtime.ray_env import ensure_private_token
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(ConfigError, match=r"RAY_AUTH_MODE=disabled.*Unset RAY_AUTH_MODE"):
+        ensure_private_token()
