@@ -3,24 +3,36 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test lint format bench clean
+.PHONY: setup lock run test test-fast lint format bench clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Exactly the lock: every distribution, transitive ones included, pinned with its hashes
+# (pip refuses anything else), then this tree, editable, built with the locked setuptools.
+$(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	@# pip may reuse a cached editable wheel built from another checkout; rebuild it here so
-	@# that `import piserini_ray` always means this tree.
-	$(BIN)/pip install --quiet --no-deps --no-cache-dir --force-reinstall -e .
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements.lock
+	@# --force-reinstall and no cache: pip may reuse an editable wheel built from another
+	@# checkout; rebuilt here, `import piserini_ray` always means this tree.
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation --no-cache-dir --force-reinstall -e .
 	touch $@
+
+# Refresh requirements.lock from pyproject.toml: pins kept where pyproject still allows them
+# (UPGRADE=1: everything to its newest allowed release). Then `make setup` installs it.
+lock: setup
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --extra dev \
+		--no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
+		--output-file requirements.lock pyproject.toml
 
 run: setup
 	$(BIN)/piserini-ray run
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The fast tier: the tests that start neither Ray, a JVM nor a cluster (marked in conftest).
+test-fast: setup
+	$(BIN)/python -m pytest -m "not heavy"
 
 lint: setup
 	$(BIN)/ruff check .
