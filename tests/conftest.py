@@ -4,7 +4,10 @@ module of the runtime shares (`module_ray`)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import secrets
 import sys
 import tempfile
 import threading
@@ -19,14 +22,20 @@ from piserini_ray.config import BenchmarkConfig
 from piserini_ray.data import Benchmark, load_benchmark
 from piserini_ray.data.loaders import jsonl_corpus
 
-# Ray in tests: no telemetry, loopback only, no token auth, and its files in a private folder
+# Ray in tests: no telemetry, loopback only, token auth on (as every run: a token of the
+# session's own, 0600, never the user's ~/.ray/auth_token), and its files in a private folder
 # (subprocesses inherit these). Never `ray stop`: it would kill every Ray on the machine.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # This process holds a JVM and starts Ray: Ray's crash handler must not replace the JVM's.
 os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="piserini-ray-tests-"))
+os.environ["RAY_AUTH_MODE"] = "token"
+if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
+    _token = Path(os.environ["RAY_TMPDIR"]) / "auth_token"
+    with os.fdopen(os.open(_token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as _f:
+        _f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
@@ -190,6 +199,14 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory, sample: Benchmark) ->
     return path
 
 
+def _init_module_ray() -> None:
+    import ray
+
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
+    )
+
+
 @pytest.fixture(scope="module")
 def module_ray() -> Iterator[None]:
     """A local Ray for one test module (2 CPUs, a small object store, no dashboard): use it with
@@ -197,11 +214,81 @@ def module_ray() -> Iterator[None]:
     their own (several nodes, processes killed) start them themselves."""
     import ray
 
-    ray.init(
-        num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False
-    )
+    _init_module_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _ray_resources_released(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test on the module's Ray hands back every CPU it took: once the test is over, its
+    actors' CPUs must be free again (waited for: a killed actor frees them a moment later).
+    Where they are not (a test that failed half-way, or leaks), the Ray is restarted, so the
+    next test starts on a whole Ray and does not fail for the other's leftovers."""
+    yield
+    if "module_ray" not in request.fixturenames:
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    total = ray.cluster_resources().get("CPU", 0)
+    for _ in range(300):  # up to 30 s
+        if ray.available_resources().get("CPU", 0) >= total:
+            return
+        threading.Event().wait(0.1)
+    ray.shutdown()
+    _init_module_ray()
+
+
+# ------------------------------------------------------------------------------- test tiers
+# `make test-fast` runs `pytest -m "not heavy"`: the tests that start neither Ray, a JVM nor a
+# cluster. A test is marked heavy from the fixtures it uses (directly or through others) and
+# from what its module starts itself; in the fast tier a test that booted a JVM or a Ray anyway
+# fails, naming the fix, so that the tier never silently grows slow.
+
+#: Fixtures that boot a JVM (a Lucene index, a searcher), encode with torch or start Ray.
+HEAVY_FIXTURES = frozenset(
+    {"sample_index", "searcher", "edge_searcher", "dense_sample", "finished_run", "module_ray"}
+)
+#: What a test module's source shows when its tests start Ray, a JVM, a cluster or the CLI
+#: (which does all of these) by themselves, without a fixture.
+HEAVY_SOURCE = re.compile(
+    r"ray\.init\(|TwoHosts|require_two_hosts|start_ray|_cli\(|piserini_ray\.cli\b|"
+    r"\brun_local\(|\brun_and_report\(|\bbuild_index\(|\bBM25Searcher\(|boot_jvm|"
+    r"import_lucene_searcher|\bengine=\"ray\""
+)
+
+
+@functools.cache
+def _module_is_heavy(path: Path) -> bool:
+    return bool(HEAVY_SOURCE.search(path.read_text()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & HEAVY_FIXTURES or _module_is_heavy(Path(item.path)):
+            item.add_marker(pytest.mark.heavy)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield
+    if item.get_closest_marker("heavy") is not None:
+        return
+    started = []
+    if "jnius" in sys.modules:
+        started.append("a JVM")
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        started.append("Ray")
+    if started and "not heavy" in (item.config.option.markexpr or ""):
+        pytest.fail(
+            f"{item.nodeid} is in the fast tier but started {' and '.join(started)}: use a "
+            "fixture of HEAVY_FIXTURES (tests/conftest.py), or add what its module calls to "
+            "HEAVY_SOURCE"
+        )
 
 
 # ------------------------------------------------------------------------- the session's end

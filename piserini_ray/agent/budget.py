@@ -55,6 +55,15 @@ class BudgetClock:
     def charged(self) -> float:
         return self.wall() if self.mode == "wall" else self.wall() - self.waited()
 
+    def reading(self) -> tuple[float, float, float]:
+        """`(charged, waited, wall)` at one instant, so that charged + waited == wall holds
+        exactly in `working` mode (three separate reads drift apart on a busy machine)."""
+        now = self._now()
+        wall = now - self.started
+        ongoing = now - self._wait_started if self._wait_started is not None else 0.0
+        waited = self._waited + ongoing
+        return (wall if self.mode == "wall" else wall - waited), waited, wall
+
     @property
     def is_waiting(self) -> bool:
         return self._wait_started is not None

@@ -368,7 +368,7 @@ async def run_query(
         turns=run.turns,
         steered=run.steered,
         evidence=ToolEvidence.of(session),
-        timing=Timing(clock.charged(), clock.waited(), clock.wall(), config.budget_clock),
+        timing=Timing(*clock.reading(), config.budget_clock),
         started_at=started_at,
         finished_at=now_iso(),
     )

@@ -46,9 +46,10 @@ import random
 import signal
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -141,6 +142,10 @@ class RecordedRequest:
     #: The client left (or the server stopped) after the request was admitted: it is billed
     #: its prompt as uncached input and nothing else, as a provider bills a request it began.
     cut: bool = False
+    #: When it arrived (epoch seconds), and the Retry-After header its reply carried: a test
+    #: checks that a client came back no earlier than it was told, from the server's own clock.
+    received_at: float = field(default_factory=time.time)
+    retry_after: str | None = None
 
 
 @dataclass
@@ -390,6 +395,7 @@ class _App:
             record.scripted, record.fault = True, spec.kind
             problem = scripted_problem(spec, lambda: parsed.prompt_tokens)
             if problem is not None:
+                record.retry_after = problem.retry_after
                 raise problem
             return spec, None
         try:

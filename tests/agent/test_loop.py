@@ -252,7 +252,8 @@ def test_429_storm_is_waited_not_charged(searcher, provider, sample) -> None:
     assert first.attempts == 4 and len(first.retries) == 3
     assert all("rate_limit, waiting 0.50 s" in r for r in first.retries)  # Retry-After honoured
     assert record.waited_seconds >= 1.5
-    assert abs(record.charged_seconds + record.waited_seconds - record.wall_seconds) < 0.05
+    # One reading of the clock: the identity holds up to the records' rounding (4 digits).
+    assert abs(record.charged_seconds + record.waited_seconds - record.wall_seconds) <= 2e-4
 
 
 def test_wall_clock_mode_charges_the_waits(searcher, provider, sample) -> None:
