@@ -255,6 +255,18 @@ def test_a_sharded_pi_serini_run_with_ids_not_all_digits_reads_merged(
     records = _records(run_dir)
     assert set(records) == {str(n) for n in range(1, 9)} | {"q-9", "q-10"}
     _only_corpus_docids(records)
+    # Their summarize_run finds merged/ too but reads its all-digit names only (8 of 10): over
+    # those 8 our surfaced recall is theirs; their evaluate_run_with_pi reads all 10, as we do.
+    theirs = _json(PI / "expected" / "summarize_run_sharded.json")
+    assert theirs["processed_queries"] == 8
+    evidence: dict[str, set[str]] = {}
+    for line in (PEERS / "benchmark" / "qrels_evidence.txt").read_text().splitlines():
+        qid, _, docid, _ = line.split()
+        evidence.setdefault(qid, set()).add(docid)
+    digits = [r for q, r in records.items() if q.isdigit()]
+    macro = sum(len(set(r["surfaced"]) & evidence[r["query_id"]]) / len(evidence[r["query_id"]])
+                for r in digits) / len(digits)  # fmt: skip
+    assert round(macro, 4) == theirs["figures"]["macro system-surfaced evidence"]
 
 
 def test_our_browsecomp_plus_export_is_what_their_evaluator_reads(
