@@ -371,7 +371,8 @@ def test_the_manifests_are_one_rayjob_and_one_raycluster_of_ray_io_v1() -> None:
     kinds = sorted(doc["kind"] for _, doc in ray_documents())
     assert kinds == ["RayCluster", "RayJob"]
     others = {doc["kind"] for _, doc in documents()} - {"RayCluster", "RayJob"}
-    assert others == {"PersistentVolumeClaim"}  # storage.yaml; no Secret is ever written here
+    # storage.yaml and networkpolicy.yaml; no Secret is ever written here
+    assert others == {"PersistentVolumeClaim", "NetworkPolicy"}
 
 
 @pytest.mark.parametrize("name,doc", ray_documents(), ids=[n for n, _ in ray_documents()])
@@ -632,3 +633,119 @@ def test_every_pod_runs_the_image_built_from_this_repository() -> None:
     assert base == f"rayproject/ray:{_ray_version()}-py311-cpu"
     assert re.search(r"pip install .*\s\.\s", dockerfile)  # the repository itself
     assert f"-t {image} ." in dockerfile
+
+
+# --- the network policy --------------------------------------------------------------------
+
+#: networking.k8s.io/v1 NetworkPolicy as the API reference gives it (the fields this project
+#: may use), strict: a misspelt field is an error, as the API server's strict validation makes it.
+_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {"type": "array"},
+    },
+}
+_PEER = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"podSelector": _SELECTOR, "namespaceSelector": _SELECTOR, "ipBlock": {}},
+}
+_PORT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "protocol": {"enum": ["TCP", "UDP", "SCTP"]},
+        "port": {"type": ["integer", "string"]},
+        "endPort": {"type": "integer"},
+    },
+}
+NETWORK_POLICY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "networking.k8s.io/v1"},
+        "kind": {"const": "NetworkPolicy"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["podSelector"],
+            "properties": {
+                "podSelector": _SELECTOR,
+                "policyTypes": {"type": "array", "items": {"enum": ["Ingress", "Egress"]}},
+                "ingress": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "from": {"type": "array", "items": _PEER},
+                            "ports": {"type": "array", "items": _PORT},
+                        },
+                    },
+                },
+                "egress": {"type": "array"},
+            },
+        },
+    },
+}
+CLUSTER_LABEL = "piserini-ray/cluster"
+OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
+
+
+def _pod_labels(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each pod template's labels, by role (`pods`)."""
+    cluster = cluster_spec(doc)
+    templates = {"head": cluster["headGroupSpec"]["template"]}
+    for group in cluster.get("workerGroupSpecs", []):
+        templates[f"worker:{group['groupName']}"] = group["template"]
+    if "submitterPodTemplate" in doc["spec"]:
+        templates["submitter"] = doc["spec"]["submitterPodTemplate"]
+    return {role: t.get("metadata", {}).get("labels", {}) for role, t in templates.items()}
+
+
+def _policies() -> list[dict[str, Any]]:
+    return [doc for _, doc in documents() if doc["kind"] == "NetworkPolicy"]
+
+
+def test_each_network_policy_is_valid() -> None:
+    validator = jsonschema.Draft202012Validator(NETWORK_POLICY)
+    for policy in _policies():
+        assert not list(validator.iter_errors(policy)), policy["metadata"]["name"]
+        for selector in [policy["spec"]["podSelector"]]:
+            for key, value in selector["matchLabels"].items():
+                prefix, _, name = key.rpartition("/")
+                assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", prefix) and name
+                assert re.fullmatch(r"[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?", value)
+    broken = copy.deepcopy(_policies()[0])
+    broken["spec"]["ingress"][0]["form"] = broken["spec"]["ingress"][0].pop("from")
+    assert list(validator.iter_errors(broken))  # the check is not a formality
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob"])
+def test_only_the_clusters_own_pods_reach_rays_ports(kind: str) -> None:
+    """Every pod of the cluster (the RayJob's submitter too: its sidecar is a Ray node) carries
+    one label; one policy selects exactly those pods, admits from them on every port, and from
+    nothing else but the KubeRay operator on the dashboard's port (the RayJob's operator submits
+    and polls the job there)."""
+    doc = manifest(kind)
+    labels = _pod_labels(doc)
+    values = {role: found.get(CLUSTER_LABEL) for role, found in labels.items()}
+    (value,) = set(values.values())
+    assert value is not None, values
+    (policy,) = [
+        p for p in _policies() if p["spec"]["podSelector"]["matchLabels"] == {CLUSTER_LABEL: value}
+    ]
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    own = {"podSelector": {"matchLabels": {CLUSTER_LABEL: value}}}
+    rules = policy["spec"]["ingress"]
+    assert rules[0] == {"from": [own]}
+    for rule in rules[1:]:  # the operator, to the dashboard only
+        assert kind == "RayJob" and rule["ports"] == [{"protocol": "TCP", "port": 8265}]
+        ((peer),) = rule["from"]
+        assert peer["podSelector"] == {"matchLabels": OPERATOR}
+    others = [p for p in _policies() if p["metadata"]["name"] != policy["metadata"]["name"]]
+    assert all(p["spec"]["podSelector"]["matchLabels"][CLUSTER_LABEL] != value for p in others)
