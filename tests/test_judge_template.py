@@ -184,3 +184,47 @@ def test_replies_parse_as_their_evaluator_parses_them(reply: str) -> None:
     for field in ("extracted_final_answer", "reasoning", "correct", "confidence"):
         assert ours[field] == theirs[field], field
     assert ours["correct_answer"] == "gold" and ours["template"] == "browsecomp-plus"
+
+
+def test_the_batch_judge_asks_and_reads_their_format_too(sample: Benchmark, tmp_path: Path) -> None:
+    """`service_tier: batch` under their template: the same prompt in each batch line, no
+    JSON response format, the replies parsed their way: the standard tier's verdicts."""
+    from piserini_ray.config.offline import BatchConfig
+
+    answers = {
+        QID: "Exact Answer: Stanley Hall\nConfidence: 65%",
+        sample.queries[1].query_id: "Exact Answer: 35\nConfidence: 90",
+        sample.queries[3].query_id: "Exact Answer: nobody",
+    }
+    records = [_record(q, a) for q, a in answers.items()]
+    queries = {q.query_id: q for q in sample.queries}
+    served = OfflineConfig(
+        model_aliases={"gpt-5": "offline/exact-match-judge"},
+        batch=BatchConfig(completion_seconds=0.1),
+    )
+    verdicts = {}
+    with OfflineProvider(served) as provider:
+        for tier in ("standard", "batch"):
+            config = load_config(
+                None,
+                {
+                    "judge.model": {
+                        "name": "gpt-5", "litellm_model": "openai/gpt-5",
+                        "api_base": provider.base_url, "service_tier": tier,
+                    },
+                    "judge.template": "browsecomp-plus",
+                    "judge.batch_poll_seconds": 0.05,
+                },
+            )  # fmt: skip
+            with RunStore(tmp_path / tier, config) as store:
+                client = LLMClient(config.judge_model(), config.retry, provider.base_url)
+                verdicts[tier] = asyncio.run(judge_records(config, store, records, queries, client))
+        batched = [r for r in provider.requests if r.batch_id is not None]
+    assert len(batched) == len(answers)
+    for request in batched:
+        assert (request.messages or [{}])[0]["content"].startswith("Judge whether the following")
+    fields = ("correct", "confidence", "extracted_final_answer", "template")
+    assert {q: [getattr(v, f) for f in fields] for q, v in verdicts["batch"].items()} == {
+        q: [getattr(v, f) for f in fields] for q, v in verdicts["standard"].items()
+    }
+    assert [verdicts["batch"][q].confidence for q in answers] == [65.0, 90.0, 100.0]
