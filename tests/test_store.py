@@ -1,3 +1,4 @@
+import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,18 +107,30 @@ def _verdict(query_id: str, status: str = "judged") -> Judgement:
     return Judgement(query_id=query_id, judge_model="judge/x", status=status, correct=True)
 
 
+def cut_offsets(data: bytes, interior: int = 48, seed: int = 0) -> list[int]:
+    """Where to cut `data`: every offset within 2 bytes of a line's end, the first and last
+    bytes, and `interior` more drawn (seeded) from inside the lines: every kind of cut a crash
+    leaves (a whole line, a line torn anywhere, a torn UTF-8 or JSON token) at a fraction of
+    the cost of every byte."""
+    ends = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    edges = {o for end in [0, *ends, len(data)] for o in range(end - 2, end + 3)}
+    inside = sorted(set(range(len(data) + 1)) - edges)
+    drawn = random.Random(seed).sample(inside, min(interior, len(inside)))
+    return sorted(o for o in edges | set(drawn) if 0 <= o <= len(data))
+
+
 def _cut_copies(run: Path, name: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """For every byte offset of `run/name`: a copy of the run directory with that file cut
-    there (what a crash at that moment of its last write leaves, or worse)."""
+    """For the offsets of `cut_offsets` in `run/name`: a copy of the run directory with that
+    file cut there (what a crash at that moment of its last write leaves, or worse)."""
     original = (run / name).read_bytes()
-    for offset in range(len(original) + 1):
+    for offset in cut_offsets(original):
         copy = tmp_path / f"cut-{offset}"
         shutil.copytree(run, copy)
         (copy / name).write_bytes(original[:offset])
         yield offset, copy
 
 
-def test_records_cut_at_every_byte_resume_whole_and_once(tmp_path: Path) -> None:
+def test_records_cut_anywhere_resume_whole_and_once(tmp_path: Path) -> None:
     ids = ["q1", "q2", "q3"]
     with RunStore(tmp_path / "run", RunConfig()) as store:
         for qid in ids:
@@ -145,7 +158,7 @@ def test_records_cut_at_every_byte_resume_whole_and_once(tmp_path: Path) -> None
         assert (run / "records.jsonl").read_bytes().count(b"\n") == len(ids), offset
 
 
-def test_verdicts_cut_at_every_byte_are_judged_again_once(tmp_path: Path) -> None:
+def test_verdicts_cut_anywhere_are_judged_again_once(tmp_path: Path) -> None:
     from piserini_ray.judge import to_judge
 
     ids = ["q1", "q2", "q3"]
