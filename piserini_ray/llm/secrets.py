@@ -153,11 +153,30 @@ class _Scrubbed(io.TextIOBase):
         return getattr(self.inner, name)
 
 
+class _ScrubRecords(logging.Filter):
+    """Scrubs a log record's message before its handler formats it (a file handler too)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = scrub(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:  # the traceback, formatted here once
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+_RECORDS = _ScrubRecords()
+
+
 def guard_output() -> None:
-    """Scrub this process's stdout and stderr, and every logging handler that writes to them.
+    """Scrub this process's stdout and stderr, and what every logging handler writes.
 
     Only the process's own streams are wrapped (`sys.__stdout__`, `sys.__stderr__`): a stream
-    someone else put in their place (a test's capture) is left to them."""
+    someone else put in their place (a test's capture) is left to them. Every handler there is
+    (files included: Ray's worker logs) gets a filter that scrubs each record's message."""
     with _lock:
         for name in ("stdout", "stderr"):
             current = getattr(sys, name)
@@ -167,6 +186,8 @@ def guard_output() -> None:
         loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
         for logger in loggers:
             for handler in getattr(logger, "handlers", []):
+                if _RECORDS not in handler.filters:
+                    handler.addFilter(_RECORDS)
                 stream = getattr(handler, "stream", None)
                 if isinstance(handler, logging.StreamHandler) and id(stream) in wrapped:
                     replacement = wrapped[id(stream)]

@@ -8,6 +8,8 @@ name no secret-name rule would catch."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import secrets
 import subprocess
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 from echo_provider import EchoProvider
 
-from piserini_ray.llm.secrets import MASK, hold, scrub, scrub_bytes
+from piserini_ray.llm.secrets import MASK, guard_output, hold, scrub, scrub_bytes
 
 
 def _config(tmp_path: Path, base: str, tier: str = "standard") -> Path:
@@ -107,3 +109,18 @@ def test_one_secret_name_rule_for_configs_and_the_scrubber() -> None:
     from piserini_ray.llm import secrets as llm_secrets
 
     assert llm_secrets.SECRET_NAME is config_secrets.SECRET_NAME
+
+
+def test_log_records_are_scrubbed_whatever_their_handler_writes_to() -> None:
+    value = f"logged-{secrets.token_hex(8)}"
+    out = io.StringIO()
+    logger = logging.getLogger(f"test-scrub-{value}")
+    logger.addHandler(logging.StreamHandler(out))  # a file handler, as Ray's worker logs
+    hold(value)
+    guard_output()
+    try:
+        raise ValueError(f"the provider said {value}")
+    except ValueError:
+        logger.exception("call failed with key %s", value)
+    assert value not in out.getvalue() and MASK in out.getvalue()
+    assert "the provider said" in out.getvalue()  # the traceback is there, scrubbed
