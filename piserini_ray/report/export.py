@@ -93,7 +93,8 @@ def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
     return run
 
 
-_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+#: A query id that is a file name as it is: no `/`, short enough for any file system.
+_SAFE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 def run_file_name(query_id: str, n: int) -> str:
@@ -291,7 +292,9 @@ def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path
     evaluator reads every one."""
     out.mkdir(parents=True, exist_ok=True)
     questions = {q.query_id: q for q in benchmark.queries}
-    numeric = all(r.query_id.isdigit() for r in records)
+    numeric = all(
+        r.query_id.isascii() and r.query_id.isdigit() and len(r.query_id) <= 200 for r in records
+    )
     paths, names = [], []
     for n, record in enumerate(records, start=1):
         name = f"{record.query_id}.json" if numeric else f"{n}.json"
