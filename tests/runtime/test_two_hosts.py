@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from hosts import TwoHosts, alive, netns_exists, require_two_hosts
+from hosts import PACKAGE, TwoHosts, alive, netns_exists, require_two_hosts
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +28,14 @@ import hashlib, json, os, socket, sys
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-address, data_file = sys.argv[1], sys.argv[2]
+address, data_file, checkout = sys.argv[1], sys.argv[2], sys.argv[3]
 server = socket.create_server(("127.0.0.1", 0))
 port = server.getsockname()[1]
 ray.init(address=address, log_to_driver=False)
 
 
 @ray.remote(num_cpus=1, max_retries=0)
-def look(data_file, port):
+def look(data_file, port, checkout):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10):
             tcp = "connected"
@@ -52,6 +52,9 @@ def look(data_file, port):
         "data_dir": os.path.isdir(os.path.dirname(data_file))
         and sorted(os.listdir(os.path.dirname(data_file))),
         "tmp": sorted(os.listdir("/tmp")),
+        # The checkout the package comes from: whole on host 1; on host 2, where it lives
+        # under /tmp, only what a node has installed of it.
+        "checkout": sorted(os.listdir(checkout)),
         "tcp": tcp,
         "home": os.environ.get("HOME"),
     }
@@ -60,7 +63,7 @@ def look(data_file, port):
 nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
 pinned = [
     look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-        data_file, port
+        data_file, port, checkout
     )
     for node in nodes
 ]
@@ -89,7 +92,8 @@ def test_host_2_has_nothing_of_the_driver_but_the_package(hosts: TwoHosts) -> No
     data_file = hosts.data / "corpus.jsonl"
     data_file.write_text('{"docid": "d1", "text": "only the driver has me"}\n')
 
-    done = hosts.python(DRIVER, hosts.head_address, str(data_file), env=DRIVER_ENV)
+    checkout = PACKAGE.parent
+    done = hosts.python(DRIVER, hosts.head_address, str(data_file), str(checkout), env=DRIVER_ENV)
     assert done.returncode == 0, done.stderr[-4000:] + "\n" + hosts.logs_tail()
     seen = json.loads(done.stdout.splitlines()[-1])
     one, two = hosts.host1.address, hosts.host2.address
@@ -108,7 +112,16 @@ def test_host_2_has_nothing_of_the_driver_but_the_package(hosts: TwoHosts) -> No
     assert on_1["file"] is True and on_1["data_dir"] == ["corpus.jsonl"]
     assert on_1["tcp"] == "connected"
     assert hosts.root.name in on_1["tmp"]
-    # Host 2, a bare node: none of them.
+    assert "pyproject.toml" in on_1["checkout"]
+    # Host 2, a bare node: none of them. Where the checkout lives under /tmp (as a clone made
+    # to try the project), host 2 sees its package and venv there and nothing else of it.
+    installed = [p for p in hosts.host2_installed() if p.is_relative_to("/tmp")]
+    tmp = sorted({p.relative_to("/tmp").parts[0] for p in installed})
+    if checkout.is_relative_to("/tmp"):
+        inside = {p.relative_to(checkout).parts[0] for p in installed if p.is_relative_to(checkout)}
+        assert on_2.pop("checkout") == sorted(inside) and "tests" not in inside
+    else:
+        assert on_2.pop("checkout") == on_1["checkout"]  # the same disk, as the venv's
     assert on_2 | {"node_id": None} == {
         "node_id": None,
         "ip": two,
@@ -117,7 +130,7 @@ def test_host_2_has_nothing_of_the_driver_but_the_package(hosts: TwoHosts) -> No
         "api_keys": [],
         "file": False,
         "data_dir": False,  # the driver's data folder is not there at all
-        "tmp": [hosts.root.name],  # its own /tmp, with its own folder only
+        "tmp": tmp,  # its own /tmp: its own folder, and the checkout's top where it is there
         "tcp": "ConnectionRefusedError",  # its own 127.0.0.1, where nothing listens
         "home": str(hosts.host2_home),
     }
