@@ -318,8 +318,8 @@ def pilot_power(
         psi, assumption = (
             None,
             (
-                f"the pilot's accuracy is {100 * (accuracy or 0.0):.0f} %, so it says nothing of how "
-                "often another run would disagree with it: the discordance is unknown. Pass "
+                f"the pilot's accuracy is {100 * (accuracy or 0.0):.0f} %, so it says nothing of "
+                "how often another run would disagree with it: the discordance is unknown. Pass "
                 "--discordance (the share of queries two runs disagree on, from a paired pilot) to "
                 "size the run"
             ),
