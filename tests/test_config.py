@@ -102,10 +102,10 @@ def test_a_large_data_file_is_identified_by_sampled_chunks(
 ) -> None:
     """Above the whole-file limit the identity reads 16 chunks (head and tail included), so a
     change in the last byte still counts and naming a run never reads gigabytes."""
-    import piserini_ray.config as config_module
+    import piserini_ray.config.hashing as config_module
 
     monkeypatch.setattr(config_module, "_WHOLE_FILE_LIMIT", 1 << 20)
-    monkeypatch.setattr(config_module, "_CHUNK", 1 << 12)
+    monkeypatch.setattr(config_module, "_BLOCK", 1 << 12)
     big = tmp_path / "corpus.jsonl"
     big.write_bytes(b"x" * (3 << 20))
     first = config_module.file_identity(big)
@@ -115,6 +115,23 @@ def test_a_large_data_file_is_identified_by_sampled_chunks(
         f.write(b"y")
     assert config_module.file_identity(big) != first
     assert config_module.file_identity(tmp_path / "absent") == f"missing:{tmp_path / 'absent'}"
+
+
+def test_a_small_data_file_is_named_by_the_hash_an_index_list_holds(tmp_path: Path) -> None:
+    """One file hasher: a run's identity and an index's file list (`retrieval/index_files.py`)
+    agree on a file's SHA-256, and a rewrite renames it."""
+    import hashlib
+
+    from piserini_ray.config.hashing import file_identity, sha256_of
+    from piserini_ray.retrieval.index_files import index_files
+
+    data = tmp_path / "index" / "_0.cfs"
+    data.parent.mkdir()
+    data.write_bytes(b"postings")
+    assert file_identity(data) == sha256_of(data) == hashlib.sha256(b"postings").hexdigest()
+    assert index_files(data.parent).files[0].sha256 == sha256_of(data)
+    data.write_bytes(b"postings, rewritten")
+    assert file_identity(data) == hashlib.sha256(b"postings, rewritten").hexdigest()
 
 
 # Every config field and whether it names a run (its config hash). Adding a field to a model

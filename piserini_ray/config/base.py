@@ -10,6 +10,8 @@ cannot join or leave a run's identity without that decision being written down (
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -64,3 +66,9 @@ def _field_identity(model: StrictModel, name: str, value: Any) -> Any:
     if isinstance(value, StrictModel):
         return identity_data(value)
     return model.model_copy(update={name: value}).model_dump(mode="json", include={name})[name]
+
+
+def default_home() -> Path:
+    """Where indexes and caches go unless configured: `$PISERINI_RAY_HOME` or ~/.cache."""
+    env = os.environ.get("PISERINI_RAY_HOME")
+    return Path(env) if env else Path.home() / ".cache" / "piserini_ray"

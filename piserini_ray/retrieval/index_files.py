@@ -4,7 +4,8 @@ shipped copy against (`runtime/shipping.py` moves the bytes).
 The list's own hash is the index's content key: two folders with the same key hold the same
 index, byte for byte. The list is cached beside the index (`files.json`, keyed by each file's
 device, inode, size, modification and change times: `stamp`), so hashing a multi-GB index
-happens once on the node that has it.
+happens once on the node that has it. Hashing itself (`sha256_of`, `stamp`) is
+`config/hashing.py`'s, shared with a run's identity.
 
 A list names only the index's own files, by safe relative names (no `..`, no absolute name, no
 empty segment): a list that names anything else is refused when it is read. A folder matches a
@@ -27,9 +28,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field, field_validator
 
+from piserini_ray.config.hashing import sha256_of, stamp
+
 #: Files of an index folder that are not part of the index (caches, locks, this list).
 _NOT_INDEX = {"files.json", ".lock", "write.lock"}
-_BLOCK = 1 << 20
 #: A file's hash is recorded only once its last change is this old (nanoseconds).
 SETTLE_NS = 2_000_000_000
 
@@ -125,21 +127,6 @@ def write_json_cache(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(orjson.dumps(data))
     tmp.replace(path)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def stamp(path: Path) -> str:
-    """What changes whenever a file's bytes do: device, inode, size, mtime and ctime (a write
-    sets ctime to now, and nothing but the clock sets it back)."""
-    st = path.stat()
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def index_files(folder: Path) -> IndexFiles:

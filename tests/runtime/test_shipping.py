@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from piserini_ray.config.hashing import sha256_of, stamp
 from piserini_ray.errors import DataError
 from piserini_ray.retrieval import index_files as index_files_module
 from piserini_ray.retrieval.index_files import (
@@ -18,8 +19,6 @@ from piserini_ray.retrieval.index_files import (
     IndexFiles,
     index_files,
     read_json_cache,
-    sha256_of,
-    stamp,
 )
 from piserini_ray.runtime.shipping import (
     IndexSource,
