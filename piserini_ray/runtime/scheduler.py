@@ -231,6 +231,7 @@ class Replicas:
         if index is not None:
             source, server = serve_index(index)
             self.servers.append(server)
+        log(f"starting {runtime.replicas} searcher replica(s) for {retrieval.describe()}")
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
                 num_cpus=self.cpus,

@@ -10,6 +10,7 @@ a run (model, budget, tools, run ids) comes with each query.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -62,6 +63,20 @@ class QueryJob(BaseModel):
     batcher: str | None = None
 
 
+def stamped(message: str) -> str:
+    """`message` with the wall-clock time (UTC, ms) it is said at: Ray forwards a worker's
+    output to the driver up to a second late, and bench/two_hosts.py reads a node's start-up
+    phases from these lines."""
+    now = time.time()
+    clock = time.strftime("%H:%M:%S", time.gmtime(now))
+    return f"[piserini-ray] {clock}.{int(now % 1 * 1000):03d} {message}"
+
+
+def _say(message: str) -> None:
+    where = f"replica on {ray.util.get_node_ip_address()} pid {os.getpid()}"
+    print(stamped(f"{where}: {message}"), flush=True)
+
+
 @ray.remote
 class SearchWorker:
     def __init__(
@@ -74,12 +89,16 @@ class SearchWorker:
         """`encoders`: node id -> name of that node's query encoder actor (dense backends).
         `source`: where the driver's index is (shipped here if this node lacks it); None:
         build it here from the corpus."""
+        began = time.monotonic()
+        _say("worker started")
+        self._first: float | None = None
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self._encoder = RemoteQueryEncoder(encoders) if encoders else None
         self.searcher: SearchBackend = self._jvm.submit(
             self._open, benchmark, retrieval, self._encoder, source
         ).result()
         self._clients: dict[str, LLMClient] = {}
+        _say(f"searcher open, {time.monotonic() - began:.2f} s after the worker started")
 
     @staticmethod
     def _open(
@@ -88,12 +107,17 @@ class SearchWorker:
         encoder: RemoteQueryEncoder | None,
         source: IndexSource | None,
     ) -> SearchBackend:
+        began = time.monotonic()
         if source is not None:
-            index = local_index(source, lambda m: print(f"[piserini-ray] {m}", flush=True))
+            index = local_index(source, _say)
         else:
             index = ensure_index(load_benchmark(benchmark).corpus, retrieval)
+        _say(f"index ready in {time.monotonic() - began:.2f} s")
+        began = time.monotonic()
         if encoder is None:
-            return open_backend(index, retrieval)
+            opened = open_backend(index, retrieval)
+            _say(f"JVM up and index open in {time.monotonic() - began:.2f} s")
+            return opened
         # A node without the dense index builds it with its own encoder actor.
         return open_backend(index, retrieval, encoder, build_with=encoder.encode_documents)
 
@@ -112,6 +136,7 @@ class SearchWorker:
         endpoint its queries will use: None when the model answers, else why not."""
         from piserini_ray.llm.check import PROMPT, probe_model
 
+        began = time.monotonic()
         client = build_client(
             probe_model(job.model),
             job.retry.model_copy(update={"max_attempts": 1}),
@@ -123,7 +148,9 @@ class SearchWorker:
         try:
             await client.complete(PROMPT)
         except RetryError as error:
+            _say(f"model check of {job.model.name} failed in {time.monotonic() - began:.2f} s")
             return str(error)
+        _say(f"model check of {job.model.name} answered in {time.monotonic() - began:.2f} s")
         return None
 
     def _client(self, job: QueryJob) -> LLMClient:
@@ -169,6 +196,10 @@ class SearchWorker:
         # No spill folder here: the spill texts ride back with the record and the driver's
         # store writes them into the run directory (this replica may sit on another node).
         session = ToolSession(self.searcher, job.tools)
+        first = self._first is None
+        if first:
+            self._first = time.monotonic()
+            _say("first query started")
         record = await run_query(
             job.query,
             session,
@@ -179,4 +210,6 @@ class SearchWorker:
             config_hash=job.config_hash,
             tool_runner=self._run_tool,
         )
+        if first:
+            _say(f"first query done in {time.monotonic() - (self._first or 0.0):.2f} s")
         return record.model_dump(mode="json")
