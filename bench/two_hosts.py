@@ -19,6 +19,7 @@ Goals (issue 32): two / one at least 1.8x at 40 queries and 1.9x at 80. Needs ro
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -80,7 +81,9 @@ ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts"}
 
 
 def measure(hosts: int, queries: int, index_root: Path) -> Measured:
-    kit = OneHost() if hosts == 1 else TwoHosts()
+    # A checkout on PYTHONPATH (a clone of the commit to measure) is what host 2 imports too.
+    extra = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    kit = OneHost(host2_env=extra) if hosts == 1 else TwoHosts(host2_env=extra)
     with kit:
         kit.wait_for_nodes(hosts)
         config = _config(kit, queries, hosts, index_root)
