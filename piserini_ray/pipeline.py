@@ -56,6 +56,7 @@ __all__ = [
     "RunSummary",
     "execute",
     "finish",
+    "index_for",
     "judge_run",
     "make_engine",
     "prepare",
@@ -240,7 +241,7 @@ def prepare(
     for config, _ in runs:
         benchmark = load_benchmark(config.benchmark)
         queries = benchmark.select(**config.slice.model_dump())
-        loaded.append((benchmark, queries, _index_for(config, benchmark, log)))
+        loaded.append((benchmark, queries, index_for(config, benchmark, log)))
     prepared = []
     for (config, run_dir), table, (benchmark, queries, index) in zip(
         runs, priced, loaded, strict=True
@@ -289,14 +290,18 @@ def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> Co
     return CostGuard(cap, price, spent, len(usages), estimated)
 
 
-def _index_for(config: RunConfig, benchmark: Benchmark, log: Log) -> Path:
+def index_for(config: RunConfig, benchmark: Benchmark, log: Log, dense: bool | None = None) -> Path:
+    """The one owner of "the index for a config": the Lucene index of the benchmark's corpus
+    (built if missing), its qrels checked against it (`check_qrels`: unusable qrels stop here,
+    partly matching ones are a warning), and the dense index beside it when `dense` (default:
+    when the configured backend uses one)."""
     from piserini_ray.retrieval import ensure_index
     from piserini_ray.retrieval.docstore import read_docids
 
     index = ensure_index(benchmark.corpus, config.retrieval, log)
     for problem in check_qrels(benchmark, set(read_docids(index)), config):
         log(f"warning: {problem}")
-    if config.retrieval.uses_dense:
+    if config.retrieval.uses_dense if dense is None else dense:
         ensure_dense_index(index, config.retrieval, log)
     return index
 

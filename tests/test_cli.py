@@ -169,12 +169,13 @@ def test_a_config_that_is_not_utf8_names_the_file_and_line(capsys, tmp_path: Pat
 
 def test_an_error_of_the_llm_client_exits_2(capsys, monkeypatch) -> None:
     from piserini_ray import cli
+    from piserini_ray.cli import retrieval
     from piserini_ray.llm.retry import Failure, FailureKind, RetryError
 
     def fails(_args: object) -> int:
         raise RetryError(Failure(FailureKind.PERMANENT, "AuthenticationError: no"), 1)
 
-    monkeypatch.setattr(cli, "cmd_index", fails)
+    monkeypatch.setattr(retrieval, "cmd_index", fails)
     status = cli.main(["index"])
     assert status == 2 and "permanent after 1 attempt(s)" in capsys.readouterr().err
 
@@ -299,3 +300,40 @@ def test_power_sizes_a_run_from_a_pilot(capsys, finished_run: tuple[Path, object
     assert main(["power", str(run_dir), "--effect", "0.05", "--discordance", "0.2"]) == 0
     assert f"| 5 | {queries_needed(0.05, 0.2):,} |" in capsys.readouterr().out
     assert main(["power", str(run_dir), "--effect", "5"]) == 2  # points, not a fraction
+
+
+def test_the_cli_writes_no_file_itself_and_no_module_of_it_is_over_700_lines() -> None:
+    """The command line parses, calls and prints: every file it leaves is written by the store
+    or a named writer (`report/writers.py`, `exports.py`), never by `piserini_ray/cli/`."""
+    import re
+
+    import piserini_ray.cli
+
+    package = Path(piserini_ray.cli.__file__).parent
+    writes = re.compile(
+        r"\.write_text\(|\.write_bytes\(|\.mkdir\(|\bopen\([^)]*['\"][wax]b?\+?['\"]|os\.open\("
+    )
+    found = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted(package.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if writes.search(line)
+    ]
+    assert not found, "the CLI writes files itself:\n" + "\n".join(found)
+    long = [p.name for p in package.glob("*.py") if len(p.read_text().splitlines()) > 700]
+    assert not long, f"modules over 700 lines: {long}"
+
+
+def test_python_m_and_the_script_entry_point_reach_the_same_parser() -> None:
+    from importlib.metadata import entry_points
+
+    from piserini_ray.cli import build_parser, main
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "piserini-ray"]
+    assert script.value == "piserini_ray.cli:main" and script.load() is main
+    done = subprocess.run(
+        [sys.executable, "-m", "piserini_ray.cli", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    for command in ("run", "judge", "report", "export"):
+        assert command in done.stdout and command in build_parser().format_help()

@@ -1,0 +1,200 @@
+"""The public API: load a run config, run it, judge and report runs, from Python.
+
+These functions do what the commands of the same name do (`piserini-ray run`, `judge`,
+`report`): the command line is a client of this module. `piserini_ray/__init__.py` exports
+them lazily, so `import piserini_ray` stays cheap; this module loads Ray, the JVM and litellm
+only when a run needs them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from piserini_ray.config import ModelConfig, RunConfig
+from piserini_ray.config import load_config as _load_config
+
+if TYPE_CHECKING:
+    from piserini_ray.engine import Log, RunSummary
+    from piserini_ray.pipeline import Report
+
+__all__ = ["judge", "load_config", "report", "run"]
+
+Engine = Literal["ray", "local"]
+
+
+def _stderr(message: str) -> None:
+    print(f"[piserini-ray] {message}", file=sys.stderr, flush=True)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, object] | None = None
+) -> RunConfig:
+    """Read and validate a run config.
+
+    Args:
+        path: a YAML run config; `None` reads the embedded default (the bundled sample benchmark,
+            the offline heuristic model and judge: it runs with no key and no network).
+        overrides: dotted keys set after the file is read, e.g.
+            `{"slice.sample": 3, "retrieval.index_root": "/tmp/indexes"}`.
+
+    Returns:
+        The validated `RunConfig`.
+
+    Raises:
+        ConfigError: the file, or a key in it, is invalid; the message names it and the fix.
+
+    Example:
+        ```python
+        from piserini_ray import load_config
+
+        config = load_config(overrides={"slice.sample": 3})
+        assert config.model.name.startswith("offline/")
+        ```
+    """
+    return _load_config(Path(path) if path is not None else None, dict(overrides or {}))
+
+
+def run(
+    config: RunConfig,
+    run_dir: str | Path | None = None,
+    engine: Engine = "ray",
+    *,
+    concurrency: int = 4,
+    retry_failed: bool = False,
+    log: Log | None = None,
+    on_summary: Callable[[RunSummary], None] | None = None,
+) -> Path:
+    """Run (or resume) an evaluation, judge its answers and write its reports: what
+    `piserini-ray run` does.
+
+    Everything that can be checked is checked before the first paid token (pricing, key
+    variables, data files, qrels, one tiny request per hosted model). A run directory that
+    holds records of the same config resumes: only queries without a record run, and failed
+    queries that were not their own fault run again. The cost cap (`pricing.max_cost_usd`)
+    and the run's budgets hold as on the command line.
+
+    Args:
+        config: the run config (`load_config`).
+        run_dir: where the run's files go; `None`: `<runs root>/<benchmark>-<model>-<hash>`,
+            so the same config finds the same directory (and resumes).
+        engine: `"ray"`: searcher replicas on a Ray cluster (`runtime.address`, else a local
+            Ray); `"local"`: this process only, `concurrency` queries at once.
+        concurrency: queries at once with the local engine.
+        retry_failed: run every failed query again, not only those that failed through no
+            fault of their own.
+        log: where progress lines go (default: standard error).
+        on_summary: called with each run's `RunSummary` once its queries ran, before judging.
+
+    Returns:
+        The run directory (absolute): `records.jsonl`, the judgements, `manifest.json`,
+        `summary.json`, `report.md` and `report.html` (see the record files' reference).
+
+    Raises:
+        PiseriniRayError: the run was refused before it started (a config, key, model,
+            endpoint or data problem); the message names the input and the fix.
+
+    Example:
+        ```python
+        from piserini_ray import load_config, run
+
+        config = load_config(overrides={"slice.sample": 3})
+        run_dir = run(config, engine="local")
+        print((run_dir / "report.md").read_text())
+        ```
+    """
+    from piserini_ray import pipeline
+
+    directory = (
+        Path(run_dir) if run_dir is not None else pipeline.default_run_dir(config)
+    ).absolute()
+    pipeline.run_and_report(
+        [(config, directory)],
+        pipeline.make_engine(engine, concurrency, release_ray=True),
+        log or _stderr,
+        on_summary or (lambda _summary: None),
+        retry_failed=retry_failed,
+    )
+    return directory
+
+
+def _paths(run_dirs: str | Path | Sequence[str | Path]) -> list[Path]:
+    if isinstance(run_dirs, str | Path):
+        return [Path(run_dirs)]
+    return [Path(d) for d in run_dirs]
+
+
+def judge(
+    run_dirs: str | Path | Sequence[str | Path],
+    *,
+    judges: Sequence[str] = (),
+    engine: Engine = "local",
+    log: Log | None = None,
+) -> Report:
+    """Judge the answers of one or more runs that have no verdict yet, then write each run's
+    reports: what `piserini-ray judge` does. Resumable: judged answers are not sent again.
+
+    Args:
+        run_dirs: a run directory, or several (each read with its own manifest's config).
+        judges: more judge models (e.g. `"offline/lenient-judge"`): their verdicts go beside
+            the run's own judge's, and the report shows the judges' agreement and kappa.
+        engine: `"local"`: judge from this process; `"ray"`: under the cluster-wide limiters.
+        log: where progress lines go (default: standard error).
+
+    Returns:
+        The `Report`: each run's `RunMetrics` (also written to its `summary.json`), the
+        markdown table, and the combined report's files when several runs were given.
+
+    Example:
+        ```python
+        from piserini_ray import judge
+
+        report = judge("runs/sample-offline_heuristic-1a2b3c4d")
+        print(report.metrics[0].accuracy)
+        ```
+    """
+    from piserini_ray import pipeline
+    from piserini_ray.store import manifest_config
+
+    runs = [(manifest_config(d), d) for d in _paths(run_dirs)]
+    return pipeline.report_runs(
+        runs,
+        log or _stderr,
+        pipeline.make_engine(engine, release_ray=True),
+        extra_judges=[ModelConfig(name=name) for name in judges],
+    )
+
+
+def report(
+    run_dirs: str | Path | Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    log: Log | None = None,
+) -> Report:
+    """Report runs side by side from the verdicts they hold (no model is called): what
+    `piserini-ray report` does.
+
+    Args:
+        run_dirs: a run directory, or several.
+        out: a folder for the combined report (`report.md`, `report.html`, plots); `None`:
+            beside the first run when there are several runs, else none.
+
+    Returns:
+        The `Report`: each run's `RunMetrics` (each run's own `summary.json`, `report.md` and
+        `report.html` are written again), the markdown table, the combined report's files.
+
+    Example:
+        ```python
+        from piserini_ray import report
+
+        result = report(["runs/a", "runs/b"], out="runs/a-vs-b")
+        print(result.table)
+        ```
+    """
+    from piserini_ray import pipeline
+    from piserini_ray.store import manifest_config
+
+    runs = [(manifest_config(d), d) for d in _paths(run_dirs)]
+    return pipeline.report_runs(runs, log or _stderr, out=Path(out) if out is not None else None)

@@ -1,0 +1,50 @@
+"""Command line: `piserini-ray COMMAND` (or `python -m piserini_ray.cli COMMAND`).
+
+A client of the package: each command parses its arguments, calls the API (`piserini_ray.api`),
+the pipeline or a report function, and prints. It writes no file itself: the run store and the
+report writers (`report/writers.py`, `exports.py`) do.
+
+- `parser`: the argument parser, every command and argument;
+- `common`: the config from the arguments, the searcher, the log line;
+- `runs`: run, resume, sweep, estimate, judge, report;
+- `analysis`: compare, leaderboard, power, export, import, evidence-ranks, pricing check;
+- `retrieval`: index, search, read, tune-bm25, retrieval-eval;
+- `live`: ask, offline-provider.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from piserini_ray.cli.parser import build_parser
+from piserini_ray.errors import PiseriniRayError
+
+__all__ = ["build_parser", "main"]
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line (`argv`, default `sys.argv[1:]`); its exit status: 0, 1 when
+    queries failed (or a check found a difference), 2 on bad input with a message naming it,
+    130 when interrupted."""
+    args = build_parser().parse_args(argv)
+    # Ctrl-C and SIGTERM (what cluster schedulers send) both stop a run cleanly. Installed
+    # explicitly: a process started in the background inherits an ignored SIGINT.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        status: int = args.func(args)
+        return status
+    except PiseriniRayError as e:
+        print(f"piserini-ray: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("piserini-ray: interrupted", file=sys.stderr)
+        return 130

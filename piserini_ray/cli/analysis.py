@@ -1,0 +1,131 @@
+"""Analyses of finished runs (compare, leaderboard, power, evidence ranks), their export and
+import, and the pricing table's check: parse, call, print."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from piserini_ray.cli.common import config_from, log
+from piserini_ray.data import load_benchmark
+from piserini_ray.errors import ConfigError
+from piserini_ray.store import manifest_config
+
+
+def cmd_pricing_check(args: argparse.Namespace) -> int:
+    """The pricing table against litellm's bundled price map: every difference listed; exit 1
+    when there is one (the table wins in a run; this says where litellm disagrees)."""
+    from piserini_ray.metrics.cost import load_pricing, price_differences
+
+    table = load_pricing(args.table)
+    differences = price_differences(table)
+    print(f"pricing table {table.path} against litellm's price map (USD per million tokens):")
+    for d in differences:
+        if d.field == "model":
+            print(f"  {d.model}: not in litellm's map")
+        else:
+            print(f"  {d.model} {d.field}: table {d.ours}, litellm {d.litellm}")
+    print(f"{len(differences)} difference(s)" if differences else "no differences")
+    return 1 if differences else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Paired comparison of runs against the first, over the queries they share (no model is
+    called: each run's own judge's verdicts)."""
+    from piserini_ray.pipeline import compare
+    from piserini_ray.report.paired import paired_markdown
+
+    if len(args.run_dirs) < 2:
+        raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
+    comparisons = compare(args.run_dirs[0], args.run_dirs[1:], log, args.seed)
+    table = paired_markdown(comparisons)
+    print(table)
+    if args.out is not None:
+        from piserini_ray.report.writers import write_comparison
+
+        markdown, _ = write_comparison(comparisons, table, args.out)
+        print(f"wrote {markdown.absolute()} and compare.json")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """Rank runs of one benchmark, each tested against the top (report/leaderboard.py)."""
+    from piserini_ray.pipeline import run_figures
+    from piserini_ray.report.leaderboard import leaderboard, leaderboard_markdown, write_leaderboard
+
+    try:
+        board = leaderboard([run_figures(d, log) for d in args.run_dirs], args.seed)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    print(leaderboard_markdown(board))
+    if args.out is not None:
+        print("wrote " + ", ".join(str(p.absolute()) for p in write_leaderboard(board, args.out)))
+    return 0
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    """Size a run from one pilot: the queries each assumed effect needs (exact McNemar)."""
+    from piserini_ray.pipeline import run_facts
+    from piserini_ray.report.paired import EFFECTS, pilot_power, power_markdown
+
+    effects = args.effect or list(EFFECTS)
+    if any(not 0 < e <= 1 for e in effects) or not (
+        args.discordance is None or 0 < args.discordance <= 1
+    ):
+        raise ConfigError("--effect and --discordance are fractions in (0, 1]: 0.02 = 2 points")
+    pilot = pilot_power(run_facts(args.run_dir, log), effects, args.discordance)
+    print(power_markdown(pilot))
+    return 2 if pilot.figures.discordance is None else 0  # nothing sized: --discordance asked
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """A run in another format (`exports.py`: one entry per format)."""
+    from piserini_ray.exports import export_run
+
+    paths = export_run(args.run_dir, args.format, args.out, log)
+    print(f"wrote {len(paths)} file(s) to {args.out}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Another harness's run files as a run directory over the config's benchmark
+    (`importer.py`); what their format lacks is n/a in the report, never 0."""
+    from piserini_ray.importer import MEANING, import_runs
+
+    s = import_runs(args.dir, args.format, config_from(args), args.run_dir, log)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items()))
+    print(
+        f"imported {s.imported} quer{'y' if s.imported == 1 else 'ies'} from {s.source} "
+        f"({s.format}) into {s.run_dir}" + (f": {statuses}" if statuses else "")
+    )
+    print(f"skipped {s.skipped} already recorded")
+    print(f"read {s.files_read} file(s); {len(s.skipped_files)} run(s) skipped")
+    for skip in s.skipped_files:
+        print(f"  skipped {skip.file}: {skip.reason}")
+    for note in s.notes:
+        print(f"note: {note}")
+    print(f"as the files state it: {s.settings}")
+    print(f"cost: {s.cost}")
+    if s.without_file:
+        print(f"{s.without_file} queries of the config's slice have no run file in the folder")
+    if s.unavailable:
+        print(f"not in the {s.format} format, reported as n/a (never 0):")
+        for part in s.unavailable:
+            print(f"  {part}: {MEANING[part]}")
+    print(f"next: piserini-ray judge {s.run_dir}\n      piserini-ray report {s.run_dir}")
+    return 0
+
+
+def cmd_evidence_ranks(args: argparse.Namespace) -> int:
+    """Where the run's evidence sat in its rankings (`report/evidence.py` writes the files)."""
+    from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
+    from piserini_ray.store import RunStore
+
+    config = manifest_config(args.run_dir)
+    benchmark = load_benchmark(config.benchmark)
+    with RunStore(args.run_dir, config, log=log) as store:
+        rows = evidence_ranks(store.records(), store.rankings(), benchmark)
+    path = write_evidence_ranks(rows, Path(args.run_dir))
+    print(path.read_text())
+    print(f"also {Path(args.run_dir) / 'evidence_ranks.png'} and evidence_ranks.csv")
+    return 0

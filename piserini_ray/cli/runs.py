@@ -1,0 +1,162 @@
+"""Running, resuming, sweeping, estimating, judging and reporting runs: each command calls
+the API (`piserini_ray.api`) or the pipeline and prints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from piserini_ray import api
+from piserini_ray.cli.common import config_from, log, with_epochs
+from piserini_ray.config import RunConfig
+from piserini_ray.data import load_benchmark
+from piserini_ray.store import manifest_config
+
+if TYPE_CHECKING:
+    from piserini_ray.engine import RunSummary
+    from piserini_ray.pipeline import Report
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The main job: the agent over the configured slice (default: the embedded sample with the
+    offline heuristic model), records in a run directory, then the summary."""
+    from piserini_ray import pipeline
+
+    config = config_from(args)
+    if args.check:
+        pipeline.check_models([config], log, include_offline=True)
+        return 0
+    return run_and_report([(config, args.run_dir)], args.engine, args.concurrency)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its own manifest: only queries without a record run."""
+    config = with_epochs(manifest_config(args.run_dir), args.epochs)
+    runs: list[tuple[RunConfig, Path | None]] = [(config, args.run_dir)]
+    return run_and_report(runs, args.engine, args.concurrency, retry_failed=args.retry_failed)
+
+
+def run_and_report(
+    runs: list[tuple[RunConfig, Path | None]],
+    engine: str,
+    concurrency: int,
+    reference: Path | None = None,
+    retry_failed: bool = False,
+) -> int:
+    """Run, print each summary, judge, print the report; the exit status: 0, 1 when queries
+    failed, 2 when the run was refused (a key, a model, an endpoint)."""
+    from piserini_ray import pipeline
+
+    chosen = pipeline.make_engine(engine, concurrency, release_ray=True)
+    report, status = pipeline.run_and_report(
+        runs, chosen, log, print_summary, reference, retry_failed
+    )
+    print_report(report)
+    return status
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    """Judge a run's answers not judged yet, then write its report. `--judge MODEL` adds that
+    judge's verdicts beside the run's own judge's; the report shows their agreement."""
+    report = api.judge(args.run_dirs, judges=args.judge or (), engine=args.engine, log=log)
+    print_report(report)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Report runs side by side from what is judged already (no model is called)."""
+    print_report(api.report(args.run_dirs, out=args.out, log=log))
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Run a seeded pilot of the slice in the run's own directory (paid once: the full run
+    resumes after it) and project the whole slice's cost, tokens and makespan."""
+    from piserini_ray import pipeline
+    from piserini_ray.estimate import describe, pilot_ids, project
+    from piserini_ray.metrics.cost import pricing_for
+    from piserini_ray.report.writers import write_estimate
+    from piserini_ray.store import RunStore
+
+    args.config = args.config_file or args.config
+    config = config_from(args)
+    benchmark = load_benchmark(config.benchmark)
+    ids = [q.query_id for q in benchmark.select(**config.slice.model_dump())]
+    pilot = set(pilot_ids(ids, args.pilot, config.slice.seed))
+    engine = pipeline.make_engine(args.engine, args.concurrency, release_ray=True)
+    try:
+        (summary,) = pipeline.execute([(config, args.run_dir)], engine, log, only=pilot)
+    finally:
+        engine.close()
+    with RunStore(Path(summary.run_dir), config) as store:
+        records = [r for r in store.iter_records(trajectory=False) if r.query_id in pilot]
+    runtime = config.runtime
+    at_once = runtime.replicas * runtime.max_concurrency
+    if args.engine == "local":
+        at_once = args.concurrency
+    price = pricing_for(config).model_price(config.model)
+    estimate = project(records, len(ids), config, price, at_once)
+    print(describe(estimate))
+    path = write_estimate(estimate, Path(summary.run_dir))
+    rest = len(ids) - len(pilot)
+    print(f"wrote {path}; `piserini-ray run` with the same config runs the other {rest}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
+    from piserini_ray.sweep import expand_sweep, reference_run
+
+    runs = [(with_epochs(c, args.epochs), d) for c, d in expand_sweep(args.config, args.runs_root)]
+    reference = reference_run(args.config, runs)  # a bad reference stops before any work
+    log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
+    return run_and_report(list(runs), "ray", 0, reference=reference)
+
+
+def print_summary(summary: RunSummary) -> None:
+    """A run's console summary: statuses, tool calls, tokens, cost, why it stopped."""
+    data = summary.model_dump()
+    print(f"\nrun {data['run_dir']} (config {data['config_hash']}, model {data['model']})")
+    print(
+        f"queries: {data['queries']} ({data['ran_now']} run now); "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(data["statuses"].items()))
+    )
+    print(
+        "tool calls per query: "
+        + ", ".join(f"{k} {v}" for k, v in data["tool_calls_per_query"].items())
+    )
+    tokens = data["tokens_total"]
+    print(
+        f"tokens: input {tokens.get('input_tokens', 0):,}, output "
+        f"{tokens.get('output_tokens', 0):,}, cached {tokens.get('cached_tokens', 0):,} "
+        f"(cached ratio {100 * data['cached_token_ratio']:.1f} %), median per query "
+        f"{data['tokens_median_per_query']:,.0f}"
+    )
+    from piserini_ray.metrics.cost import cost_text
+
+    cost = cost_text(data["cost_usd"], data["cost_estimated_usd"], data["calls_usage_estimated"])
+    if data["calls_without_usage"]:
+        cost += f" (a lower bound: {data['calls_without_usage']} calls reported no usage)"
+    print(f"cost: {cost}")
+    if data["stopped"]:
+        print(f"stopped: {data['stopped']}")
+
+
+def print_report(report: Report) -> None:
+    """The report's table (up to its first section) and where each report was written."""
+    print("\n" + report.table.split("\n\n## ", 1)[0])
+    for metrics in report.metrics:
+        run = Path(metrics.run_dir).absolute()
+        print(
+            f"report: {run / 'report.md'}  {run / 'report.html'}  summary: {run / 'summary.json'}"
+        )
+    if report.paired:
+        print("\n" + report.paired)
+    if report.combined:
+        print("combined report: " + "  ".join(str(p) for p in report.combined))
+    from piserini_ray.report.epochs import epochs_markdown
+
+    for epochs in report.epochs:
+        print("\n" + epochs_markdown(epochs))
+        print(f"epochs report: {Path(epochs.run_dir).absolute() / 'epochs.md'}")
