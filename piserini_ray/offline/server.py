@@ -27,9 +27,10 @@ key header and body and writes its replies and errors. The stages, in order:
 
 Every failure is a `codec.Problem`, rendered by the route's codec as its provider renders it.
 
-The batch emulators (`batches.py`: OpenAI's `/v1/files` + `/v1/batches`, Anthropic's
-`/v1/messages/batches`) run each request of a batch through this same pipeline, recorded with
-`service_tier="batch"` and its `batch_id`; `OfflineProvider.bill` sums every billed request's
+The batch emulators (`openai_batches.py`: OpenAI's `/v1/files` + `/v1/batches`;
+`anthropic_batches.py`: Anthropic's `/v1/messages/batches`; shared: `batch_emulator.py`) run
+each request of a batch through this same pipeline, recorded with `service_tier="batch"` and
+its `batch_id`; `OfflineProvider.bill` sums every billed request's
 usage by (tier, model), whatever the request log kept.
 """
 
@@ -58,7 +59,7 @@ from aiohttp import web
 from piserini_ray.config.offline import REPLY_FAULTS, OfflineConfig, Scripted
 from piserini_ray.offline import anthropic
 from piserini_ray.offline.anthropic import MessagesCodec
-from piserini_ray.offline.batches import ANTHROPIC_MAX_BYTES, AnthropicBatches, OpenAIBatches
+from piserini_ray.offline.anthropic_batches import ANTHROPIC_MAX_BYTES, AnthropicBatchEmulator
 from piserini_ray.offline.chat import ChatCodec, ConversationCache
 from piserini_ray.offline.codec import Codec, Parsed, Problem, Usage
 from piserini_ray.offline.deepseek import DeepSeekCodec
@@ -69,6 +70,7 @@ from piserini_ray.offline.faults import (
     scripted_problem,
     seeded_server_error,
 )
+from piserini_ray.offline.openai_batches import OpenAIBatchEmulator
 from piserini_ray.offline.openai_format import bearer_key, missing_bearer_key, openai_error
 from piserini_ray.offline.policy import Policy, PolicyReply
 from piserini_ray.offline.quota import Quotas
@@ -217,14 +219,14 @@ class _App:
             self.messages_codec,
             self.responses_codec,
         )
-        self.openai_batches = OpenAIBatches(
+        self.openai_batches = OpenAIBatchEmulator(
             config.batch,
             config.seed,
             self.batch_request,
             {"/v1/chat/completions": self.chat_codec, "/v1/responses": self.responses_codec},
             config.require_key,
         )
-        self.anthropic_batches = AnthropicBatches(
+        self.anthropic_batches = AnthropicBatchEmulator(
             config.batch, config.seed, self.batch_request, self.messages_codec, config.require_key
         )
         self.reset()
@@ -318,7 +320,7 @@ class _App:
         self, codec: Codec, headers: Mapping[str, str], body: bytes, batch_id: str
     ) -> web.Response:
         """One request of a batch: the same pipeline as a direct call, billed at the batch
-        tier (`batches.py`)."""
+        tier (`batch_emulator.py`)."""
         record = RecordedRequest(
             seq=next(self._seq), route=codec.name, service_tier="batch", batch_id=batch_id
         )

@@ -1,20 +1,5 @@
-"""The batch emulators of the offline provider: OpenAI's Batch API (`/v1/files` + `/v1/batches`)
-and Anthropic's Message Batches (`/v1/messages/batches`), as strict as the published APIs.
-
-Every request of a batch runs through the provider's one request pipeline (`server.py`) with
-the route's codec, exactly as a direct call would (auth with the creator's key, parse, quota
-admission, latency, faults, policy, encode), so a batch's replies are the direct calls' replies;
-it is recorded and billed at the `batch` tier (`RecordedRequest.service_tier`, `batch_id`).
-A batch runs as an asyncio task on the server's loop: it never blocks the server and outlives
-the request that created it, so a client that disconnects polls it later by id.
-
-Life cycle: a batch waits `offline.batch.completion_seconds` in the queue, then runs its
-requests one after the other in input order (so seeded faults and prompt caches see the same
-sequence every time); a request refused by a quota window (429 with `retry-after`) waits and is
-tried again, as a provider's batch queue throttles rather than fails. When the batch is created,
-each request draws its fate from a seeded RNG (`offline.seed`): errored (`error_rate`: a server
-error, not billed) or expired (`expire_rate`: never run, not billed). Results come out in a
-seeded shuffled order, as both providers warn they may: pair them by `custom_id`.
+"""The offline provider's emulator of OpenAI's Batch API (`/v1/files` + `/v1/batches`), as
+strict as the published API; what both batch emulators share is `batch_emulator.py`.
 
 OpenAI (https://platform.openai.com/docs/api-reference/batch,
 https://platform.openai.com/docs/api-reference/files, https://platform.openai.com/docs/guides/batch):
@@ -34,217 +19,43 @@ https://platform.openai.com/docs/api-reference/files, https://platform.openai.co
   `error_file_id`: JSONL lines `{id, custom_id, response: {status_code, request_id, body},
   error}`; an expired or cancelled request has `response: null` and `error: {code:
   batch_expired | batch_cancelled, message}`.
-Anthropic (https://docs.anthropic.com/en/api/creating-message-batches,
-https://docs.anthropic.com/en/docs/build-with-claude/batch-processing):
-- `POST /v1/messages/batches` with `requests: [{custom_id, params}]`: 1 to 100,000 requests
-  and at most 256 MB (413 `request_too_large`), each `custom_id` unique and matching
-  `^[a-zA-Z0-9_-]{1,64}$`; `params` are checked when the request runs (an invalid one ends
-  `errored`), as the API does. `anthropic-version` is required on every call.
-- `processing_status` `in_progress` -> `ended` (`canceling` after `.../cancel`), `request_counts
-  {processing, succeeded, errored, canceled, expired}`, `results_url` once ended; the results
-  are a JSONL stream of `{custom_id, result: {type: succeeded, message} | {type: errored,
-  error: <error response>} | {type: canceled} | {type: expired}}`.
-Errors are each provider's own shape (`openai_format.py`, `anthropic.py`); a batch or file of
-another key is unknown (404), as another organisation's is.
+Errors are OpenAI's own shape (`openai_format.py`); a batch or file of another key is unknown
+(404), as another organisation's is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import random
-import re
 import secrets
-import string
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
 from piserini_ray.config.offline import BatchConfig
-from piserini_ray.offline.codec import Codec, Problem, decode_json_object, refused
+from piserini_ray.offline.batch_emulator import (
+    ALNUM,
+    WINDOW_SECONDS,
+    Batch,
+    BatchEmulator,
+    Line,
+    LineRunner,
+    dumps,
+    owner_of,
+    random_token,
+)
+from piserini_ray.offline.codec import Codec
 
 #: Published limits (see the module docstring).
 OPENAI_MAX_REQUESTS = 50_000
 OPENAI_MAX_BYTES = 200 * 1024**2
-ANTHROPIC_MAX_REQUESTS = 100_000
-ANTHROPIC_MAX_BYTES = 256 * 1024**2
-#: The completion window both providers give a batch (expires_at).
-WINDOW_SECONDS = 24 * 3600
-CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
 FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512
-#: Longest wait on a quota window's `retry-after` before a batch request is tried again.
-MAX_QUOTA_WAIT = 60.0
-
-#: Runs one request of a batch through the pipeline: (codec, the creator's headers, the body,
-#: the batch id) -> the response a direct call would get.
-LineRunner = Callable[[Codec, Mapping[str, str], bytes, str], Awaitable[web.Response]]
-Fate = Literal["run", "errored", "expired"]
-Outcome = Literal["succeeded", "errored", "expired", "canceled"]
-
-
-def _owner(headers: Mapping[str, str], codec: Codec) -> str:
-    """Who a batch or file belongs to: a hash of the key it was created with."""
-    return hashlib.sha256((codec.api_key(headers) or "").encode()).hexdigest()[:16]
-
-
-def _token(alphabet: str, n: int) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(n))
-
-
-_ALNUM = string.ascii_letters + string.digits
-
-
-def _rfc3339(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _json(response: web.Response) -> dict[str, Any]:
-    body = response.body
-    return cast(dict[str, Any], orjson.loads(cast(bytes, body))) if body else {}
-
-
-def _dumps(obj: Any) -> str:
-    return orjson.dumps(obj).decode()
-
-
-@dataclass
-class Line:
-    """One request of a batch and, once it ran, what came of it."""
-
-    custom_id: str
-    body: dict[str, Any]
-    fate: Fate
-    outcome: Outcome | None = None
-    status: int | None = None
-    response: dict[str, Any] | None = None
-    request_id: str | None = None
-
-
-@dataclass
-class Batch:
-    id: str
-    owner: str
-    codec: Codec
-    headers: Mapping[str, str]
-    lines: list[Line]
-    created: float
-    cancel_requested: bool = False
-    ended: bool = False
-    times: dict[str, float] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)  # provider-specific fields
-
-
-class _Emulator:
-    """What both emulators share: fates, the worker, the tasks, the ids' owners."""
-
-    def __init__(self, config: BatchConfig, seed: int, run_line: LineRunner) -> None:
-        self.config = config
-        self.seed = seed
-        self.run_line = run_line
-        self.batches: dict[str, Batch] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.rng = random.Random(f"{self.seed}:batches")
-
-    def fates(self, n: int) -> list[Fate]:
-        """Each request's fate, drawn in order when the batch is created (one draw each)."""
-        fates: list[Fate] = []
-        for _ in range(n):
-            draw = self.rng.random()
-            if draw < self.config.expire_rate:
-                fates.append("expired")
-            elif draw < self.config.expire_rate + self.config.error_rate:
-                fates.append("errored")
-            else:
-                fates.append("run")
-        return fates
-
-    def start(self, batch: Batch) -> None:
-        self.batches[batch.id] = batch
-        task = asyncio.get_running_loop().create_task(self._work(batch), name=batch.id)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def stop(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    def find(self, request: web.Request, codec: Codec) -> Batch | None:
-        batch = self.batches.get(request.match_info["batch_id"])
-        return (
-            batch if batch is not None and batch.owner == _owner(request.headers, codec) else None
-        )
-
-    async def _work(self, batch: Batch) -> None:
-        raise NotImplementedError
-
-    async def run_lines(self, batch: Batch, on_line: Callable[[Line], None]) -> None:
-        """Wait in the queue, then run each request (until a cancel), its outcome kept."""
-        deadline = batch.created + self.config.completion_seconds
-        while not batch.cancel_requested and time.time() < deadline:
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.time())))
-        for line in batch.lines:
-            if batch.cancel_requested:
-                break
-            if line.fate == "expired":
-                line.outcome = "expired"
-            elif line.fate == "errored":
-                response = batch.codec.error(Problem("server_error"))
-                line.outcome, line.status, line.response = "errored", 500, _json(response)
-                line.request_id = _request_id(response)
-            else:
-                await self._run(batch, line)
-            line.body = {}  # ran: a long rehearsal keeps only the replies of its batches
-            on_line(line)
-        for line in batch.lines:
-            if line.outcome is None:
-                line.outcome = "canceled"
-                on_line(line)
-
-    async def _run(self, batch: Batch, line: Line) -> None:
-        raw = orjson.dumps(line.body)
-        while True:
-            response = await self.run_line(batch.codec, batch.headers, raw, batch.id)
-            retry_after = response.headers.get("retry-after")
-            if response.status == 429 and retry_after is not None:
-                try:
-                    wait = float(retry_after)
-                except ValueError:
-                    wait = 1.0
-                await asyncio.sleep(min(max(wait, 0.01), MAX_QUOTA_WAIT))
-                continue
-            break
-        line.status, line.response = response.status, _json(response)
-        line.request_id = _request_id(response)
-        line.outcome = "succeeded" if response.status == 200 else "errored"
-
-    def shuffled(self, batch: Batch) -> list[Line]:
-        """The lines in the seeded order their results come out in."""
-        lines = list(batch.lines)
-        random.Random(f"{self.seed}:order:{batch.id}").shuffle(lines)
-        return lines
-
-
-def _request_id(response: web.Response) -> str:
-    return (
-        response.headers.get("request-id")
-        or response.headers.get("x-request-id")
-        or f"req_{secrets.token_hex(16)}"
-    )
-
-
-# ------------------------------------------------------------------------------------ OpenAI
 
 
 @dataclass
@@ -281,10 +92,10 @@ def _openai_error(
             "code": code,
         }
     }
-    return web.json_response(body, status=status, dumps=_dumps)
+    return web.json_response(body, status=status, dumps=dumps)
 
 
-class OpenAIBatches(_Emulator):
+class OpenAIBatchEmulator(BatchEmulator):
     """OpenAI's Files (for batches) and Batch API."""
 
     def __init__(
@@ -350,20 +161,20 @@ class OpenAIBatches(_Emulator):
                     "file",
                 )
         stored = StoredFile(
-            f"file-{_token(_ALNUM, 22)}",
-            _owner(request.headers, self.auth),
+            f"file-{random_token(ALNUM, 22)}",
+            owner_of(request.headers, self.auth),
             upload.filename,
             str(purpose),
             content,
             int(time.time()),
         )
         self.files[stored.id] = stored
-        return web.json_response(stored.object(), dumps=_dumps)
+        return web.json_response(stored.object(), dumps=dumps)
 
     def _file(self, request: web.Request) -> StoredFile | web.Response:
         file_id = request.match_info["file_id"]
         stored = self.files.get(file_id)
-        if stored is None or stored.owner != _owner(request.headers, self.auth):
+        if stored is None or stored.owner != owner_of(request.headers, self.auth):
             return _openai_error(404, f"No such File object: {file_id}", "id")
         return stored
 
@@ -446,7 +257,7 @@ class OpenAIBatches(_Emulator):
             )
         file_id = body["input_file_id"]
         stored = self.files.get(file_id) if isinstance(file_id, str) else None
-        if stored is None or stored.owner != _owner(request.headers, self.auth):
+        if stored is None or stored.owner != owner_of(request.headers, self.auth):
             return _openai_error(404, f"No such File object: {file_id}", "input_file_id")
         if stored.purpose != "batch":
             return _openai_error(
@@ -459,7 +270,7 @@ class OpenAIBatches(_Emulator):
         now = time.time()
         batch = Batch(
             f"batch_{secrets.token_hex(16)}",
-            _owner(request.headers, self.auth),
+            owner_of(request.headers, self.auth),
             self.codecs[str(endpoint)],
             CIMultiDict(request.headers),
             lines,
@@ -476,7 +287,7 @@ class OpenAIBatches(_Emulator):
             },
         )
         self.start(batch)
-        return web.json_response(self.object(batch), dumps=_dumps)
+        return web.json_response(self.object(batch), dumps=dumps)
 
     def _validate(self, content: bytes, endpoint: str) -> tuple[list[Line], list[dict[str, Any]]]:
         """The requests of an input file, or the errors that fail its batch (with lines)."""
@@ -630,7 +441,7 @@ class OpenAIBatches(_Emulator):
             if entries:
                 content = b"".join(orjson.dumps(e) + b"\n" for e in entries)
                 stored = StoredFile(
-                    f"file-{_token(_ALNUM, 22)}",
+                    f"file-{random_token(ALNUM, 22)}",
                     batch.owner,
                     f"{batch.id}_{name.split('_')[0]}.jsonl",
                     "batch_output",
@@ -700,7 +511,7 @@ class OpenAIBatches(_Emulator):
         batch = self._batch(request)
         if isinstance(batch, web.Response):
             return batch
-        return web.json_response(self.object(batch), dumps=_dumps)
+        return web.json_response(self.object(batch), dumps=dumps)
 
     async def cancel(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
@@ -716,12 +527,12 @@ class OpenAIBatches(_Emulator):
         batch.cancel_requested = True
         batch.data["status"] = "cancelling"
         batch.times["cancelling_at"] = time.time()
-        return web.json_response(self.object(batch), dumps=_dumps)
+        return web.json_response(self.object(batch), dumps=dumps)
 
     async def list(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
             return denied
-        owner = _owner(request.headers, self.auth)
+        owner = owner_of(request.headers, self.auth)
         try:
             limit = int(request.query.get("limit", "20"))
         except ValueError:
@@ -744,7 +555,7 @@ class OpenAIBatches(_Emulator):
                 "last_id": page[-1].id if page else None,
                 "has_more": len(mine) > limit,
             },
-            dumps=_dumps,
+            dumps=dumps,
         )
 
 
@@ -760,213 +571,3 @@ def _valid_metadata(metadata: Any) -> bool:
             for k, v in metadata.items()
         )
     )
-
-
-# --------------------------------------------------------------------------------- Anthropic
-
-
-class AnthropicBatches(_Emulator):
-    """Anthropic's Message Batches (errors rendered by the Messages codec)."""
-
-    def __init__(
-        self, config: BatchConfig, seed: int, run_line: LineRunner, codec: Codec, require_key: bool
-    ) -> None:
-        super().__init__(config, seed, run_line)
-        self.codec = codec
-        self.require_key = require_key
-        self.max_requests = min(
-            ANTHROPIC_MAX_REQUESTS, config.max_requests or ANTHROPIC_MAX_REQUESTS
-        )
-        self.max_bytes = min(ANTHROPIC_MAX_BYTES, config.max_bytes or ANTHROPIC_MAX_BYTES)
-
-    def _refused(self, request: web.Request) -> web.Response | None:
-        """Auth and the required `anthropic-version` header, as on every Anthropic route."""
-        try:
-            if self.require_key and self.codec.api_key(request.headers) is None:
-                raise self.codec.missing_key()
-            self.codec.check_headers(request.headers)
-        except Problem as problem:
-            return self.codec.error(problem)
-        return None
-
-    async def create(self, request: web.Request) -> web.Response:
-        if (denied := self._refused(request)) is not None:
-            return denied
-        raw = await request.read()
-        try:
-            if len(raw) > self.max_bytes:
-                raise Problem(
-                    "invalid_request",
-                    f"Request exceeds the maximum allowed number of bytes: a Message Batch can "
-                    f"be up to {self.max_bytes:,} bytes.",
-                    status=413,
-                )
-            requests = self._validate(raw)
-        except Problem as problem:
-            return self.codec.error(problem)
-        fates = self.fates(len(requests))
-        batch = Batch(
-            f"msgbatch_{_token(_ALNUM, 24)}",
-            _owner(request.headers, self.codec),
-            self.codec,
-            CIMultiDict(request.headers),
-            [Line(c, p, f) for (c, p), f in zip(requests, fates, strict=True)],
-            time.time(),
-            data={"results_url": None, "base": f"{request.scheme}://{request.host}"},
-        )
-        self.start(batch)
-        return web.json_response(self.object(batch), dumps=_dumps)
-
-    def _validate(self, raw: bytes) -> list[tuple[str, dict[str, Any]]]:
-        body = decode_json_object(raw)
-        for name in body:
-            if name != "requests":
-                raise refused(f"{name}: Extra inputs are not permitted")
-        if "requests" not in body:
-            raise refused("requests: Field required")
-        requests = body["requests"]
-        if not isinstance(requests, list):
-            raise refused("requests: Input should be a valid list")
-        if not requests:
-            raise refused("requests: List should have at least 1 item after validation, not 0")
-        if len(requests) > self.max_requests:
-            raise refused(
-                f"requests: List should have at most {self.max_requests} items after "
-                f"validation, not {len(requests)}"
-            )
-        seen: set[str] = set()
-        out: list[tuple[str, dict[str, Any]]] = []
-        for i, item in enumerate(requests):
-            if not isinstance(item, dict):
-                raise refused(f"requests.{i}: Input should be a valid dictionary")
-            for name in ("custom_id", "params"):
-                if name not in item:
-                    raise refused(f"requests.{i}.{name}: Field required")
-            for name in item:
-                if name not in ("custom_id", "params"):
-                    raise refused(f"requests.{i}.{name}: Extra inputs are not permitted")
-            custom_id, params = item["custom_id"], item["params"]
-            if not isinstance(custom_id, str) or not CUSTOM_ID.fullmatch(custom_id):
-                raise refused(
-                    f"requests.{i}.custom_id: String should match pattern '{CUSTOM_ID.pattern}'"
-                )
-            if custom_id in seen:
-                raise refused(
-                    f"requests.{i}.custom_id: Duplicate custom_id '{custom_id}': each request "
-                    "in a Message Batch must have a unique custom_id"
-                )
-            if not isinstance(params, dict):
-                raise refused(f"requests.{i}.params: Input should be a valid dictionary")
-            seen.add(custom_id)
-            out.append((custom_id, params))
-        return out
-
-    async def _work(self, batch: Batch) -> None:
-        await self.run_lines(batch, lambda line: None)
-        batch.times["ended_at"] = time.time()
-        batch.data["results_url"] = f"{batch.data['base']}/v1/messages/batches/{batch.id}/results"
-        batch.ended = True
-
-    def object(self, batch: Batch) -> dict[str, Any]:
-        counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
-        for line in batch.lines:
-            counts[line.outcome if line.outcome is not None else "processing"] += 1
-
-        def at(name: str) -> str | None:
-            moment = batch.times.get(name)
-            return _rfc3339(moment) if moment is not None else None
-
-        status = (
-            "ended" if batch.ended else "canceling" if batch.cancel_requested else ("in_progress")
-        )
-        return {
-            "id": batch.id,
-            "type": "message_batch",
-            "processing_status": status,
-            "request_counts": counts,
-            "ended_at": at("ended_at"),
-            "created_at": _rfc3339(batch.created),
-            "expires_at": _rfc3339(batch.created + WINDOW_SECONDS),
-            "archived_at": None,
-            "cancel_initiated_at": at("cancel_initiated_at"),
-            "results_url": batch.data["results_url"],
-        }
-
-    def _batch(self, request: web.Request) -> Batch | web.Response:
-        if (denied := self._refused(request)) is not None:
-            return denied
-        batch = self.find(request, self.codec)
-        if batch is None:
-            problem = Problem(
-                "not_found", f"message_batch_id: {request.match_info['batch_id']} not found"
-            )
-            return self.codec.error(problem)
-        return batch
-
-    async def retrieve(self, request: web.Request) -> web.Response:
-        batch = self._batch(request)
-        if isinstance(batch, web.Response):
-            return batch
-        return web.json_response(self.object(batch), dumps=_dumps)
-
-    async def cancel(self, request: web.Request) -> web.Response:
-        batch = self._batch(request)
-        if isinstance(batch, web.Response):
-            return batch
-        if batch.ended:
-            return self.codec.error(
-                refused(f"Message Batch {batch.id} has ended processing and cannot be canceled")
-            )
-        if not batch.cancel_requested:
-            batch.cancel_requested = True
-            batch.times["cancel_initiated_at"] = time.time()
-        return web.json_response(self.object(batch), dumps=_dumps)
-
-    async def results(self, request: web.Request) -> web.Response:
-        batch = self._batch(request)
-        if isinstance(batch, web.Response):
-            return batch
-        if not batch.ended:
-            return self.codec.error(
-                refused(
-                    f"Message Batch {batch.id} has not ended processing: its results are "
-                    "available once processing_status is ended"
-                )
-            )
-        lines = []
-        for line in self.shuffled(batch):
-            result: dict[str, Any] = {"type": line.outcome}
-            if line.outcome == "succeeded":
-                result["message"] = line.response
-            elif line.outcome == "errored":
-                result["error"] = line.response
-            lines.append(orjson.dumps({"custom_id": line.custom_id, "result": result}) + b"\n")
-        return web.Response(body=b"".join(lines), content_type="application/x-jsonl")
-
-    async def list(self, request: web.Request) -> web.Response:
-        if (denied := self._refused(request)) is not None:
-            return denied
-        owner = _owner(request.headers, self.codec)
-        try:
-            limit = int(request.query.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 1000:
-            return self.codec.error(refused("limit: Input should be between 1 and 1000"))
-        mine = [b for b in reversed(self.batches.values()) if b.owner == owner]
-        ids = [b.id for b in mine]
-        after, before = request.query.get("after_id"), request.query.get("before_id")
-        if after is not None:
-            mine = mine[ids.index(after) + 1 :] if after in ids else []
-        elif before is not None:
-            mine = mine[: ids.index(before)][-limit:] if before in ids else []
-        page = mine[:limit]
-        return web.json_response(
-            {
-                "data": [self.object(b) for b in page],
-                "has_more": len(mine) > limit,
-                "first_id": page[0].id if page else None,
-                "last_id": page[-1].id if page else None,
-            },
-            dumps=_dumps,
-        )
