@@ -180,6 +180,7 @@ def report(
         run_dirs: a run directory, or several.
         out: a folder for the combined report (`report.md`, `report.html`, plots); `None`:
             beside the first run when there are several runs, else none.
+        log: where progress lines go (default: standard error).
 
     Returns:
         The `Report`: each run's `RunMetrics` (each run's own `summary.json`, `report.md` and

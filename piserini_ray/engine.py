@@ -102,7 +102,24 @@ def _cause(error: str | None) -> str:
 
 
 class RunSummary(BaseModel):
-    """What `run` prints when the engine is done, before judging."""
+    """What `run` prints when the engine is done, before judging: statuses, tool calls,
+    tokens and cost of the run's records (`run(..., on_summary=...)` receives it).
+
+    Args:
+        **fields: the summary's fields (the pipeline makes it from the run's records).
+
+    Returns:
+        A validated summary; `exit_status()` is the command's exit status.
+
+    Example:
+        ```python
+        from piserini_ray import RunSummary, load_config, run
+
+        summaries: list[RunSummary] = []
+        run(load_config(), engine="local", on_summary=summaries.append)
+        print(summaries[0].statuses, summaries[0].cost_usd)
+        ```
+    """
 
     run_dir: str
     config_hash: str

@@ -4,15 +4,67 @@ from pydantic import ValidationError
 
 
 class PiseriniRayError(Exception):
-    """Base class for every error the framework raises on purpose."""
+    """Base class for every error the framework raises on purpose: its message names the
+    input at fault and the fix; the command line prints it and exits 2.
+
+    Args:
+        message: what is wrong and how to fix it.
+
+    Returns:
+        The error, to raise.
+
+    Example:
+        ```python
+        from piserini_ray import PiseriniRayError, load_config
+
+        try:
+            load_config("missing.yaml")
+        except PiseriniRayError as error:
+            print(error)
+        ```
+    """
 
 
 class ConfigError(PiseriniRayError):
-    """A configuration value is missing or invalid."""
+    """A configuration value is missing or invalid.
+
+    Args:
+        message: the key or file at fault, and the fix.
+
+    Returns:
+        The error, to raise.
+
+    Example:
+        ```python
+        from piserini_ray import ConfigError, load_config
+
+        try:
+            load_config(overrides={"slice.smaple": 3})
+        except ConfigError as error:
+            print(error)  # names the unknown key
+        ```
+    """
 
 
 class DataError(PiseriniRayError):
-    """An input file is malformed. The message names the file, the line and the problem."""
+    """An input file is malformed. The message names the file, the line and the problem.
+
+    Args:
+        path: the file.
+        problem: what is wrong, and the fix.
+        line: the line number, when the problem has one.
+
+    Returns:
+        The error, to raise.
+
+    Example:
+        ```python
+        from piserini_ray import DataError
+
+        error = DataError("corpus.jsonl", "not JSON", line=3)
+        assert str(error) == "corpus.jsonl:3: not JSON"
+        ```
+    """
 
     def __init__(self, path: object, problem: str, line: int | None = None) -> None:
         where = f"{path}:{line}" if line is not None else f"{path}"

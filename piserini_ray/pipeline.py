@@ -475,8 +475,27 @@ def _verdicts(
 
 @dataclass
 class Report:
-    """What `report_runs` wrote: each run's metrics, the markdown table, and the combined
-    report's files (several runs, or an `out` folder)."""
+    """What `report_runs` wrote (and what `judge` and `report` return): each run's metrics,
+    the markdown table, and the combined report's files (several runs, or an `out` folder).
+
+    Args:
+        metrics: each run's `RunMetrics`, also in its `summary.json`.
+        table: the runs side by side, in markdown.
+        paired: the paired comparison against a sweep's reference run, in markdown.
+        combined: the combined report's files (`report.md`, `report.html`).
+        epochs: the epochs report of each run with several epochs.
+
+    Returns:
+        A plain dataclass: read its attributes.
+
+    Example:
+        ```python
+        from piserini_ray import report
+
+        result = report(["runs/a", "runs/b"])
+        print(result.table, [m.accuracy.value for m in result.metrics])
+        ```
+    """
 
     metrics: list[RunMetrics]
     table: str

@@ -106,39 +106,84 @@ class ImportedFrom(BaseModel):
 
 
 class QueryRecord(BaseModel):
+    """One query's run: a line of the run directory's `records.jsonl`, written once when the
+    agent's loop ends (its answer, trajectory, document sets, tokens and clocks). Every field
+    is on the record files' reference page.
+
+    Args:
+        **fields: the record's fields (the agent's loop and the store make records; a reader
+            gets them from `records.jsonl`).
+
+    Returns:
+        A validated record.
+
+    Example:
+        ```python
+        from pathlib import Path
+
+        from piserini_ray import QueryRecord
+
+        lines = (Path(run_dir) / "records.jsonl").read_text().splitlines()
+        records = [QueryRecord.model_validate_json(line) for line in lines]
+        print(records[0].exact_answer, records[0].status, records[0].usage.input_tokens)
+        ```
+    """
+
+    #: The run's id (its directory's name) and the hash of its config's identity.
     run_id: str
     config_hash: str
     query_id: str
     #: Which epoch of the run answered (`run.epochs`): a run's records are keyed by query and
     #: epoch, each epoch in its own directory.
     epoch: int = 1
+    #: The agent model's name (`model.name`).
     model: str
+    #: `completed` (an answer), `timeout` (the budget ran out first) or `failed` (an error).
     status: Status
+    #: What failed, for a failed query (its last attempt's error).
     error: str | None = None
     termination: str | None = None  # why the loop ended: answer, budget, iterations, error
     #: A failure that was not the query's fault (its node or replica was lost, the provider
     #: stayed down through every retry): `resume` runs it again.
     retryable: bool = False
+    #: The model's final message, whole; its parsed parts follow.
     final_answer: str | None = None
+    #: The `Explanation:` part of the final message.
     explanation: str | None = None
+    #: The `Exact Answer:` part: what the judge compares with the gold answer.
     exact_answer: str | None = None
+    #: The `Confidence:` part, 0 to 100 (100 when missing, as the calibration error takes it).
     confidence: float = 100.0
+    #: True when the final message gave no confidence.
     confidence_missing: bool = True
+    #: The docids the final message cites (`[docid]`).
     cited: list[str] = Field(default_factory=list)
+    #: Every model turn with its tool calls and their observations (left out by readers that
+    #: do not ask for it).
     trajectory: list[Turn] = Field(default_factory=list)
     #: Model turns taken: the trajectory's length, kept when a reader leaves the trajectory out.
     turns: int | None = None
+    #: Tool calls by tool name.
     tool_call_counts: dict[str, int] = Field(default_factory=dict)
+    #: The agent's tokens over every turn.
     usage: Usage = Usage()
+    #: Seconds charged to the query's budget (its own work: model and tool time).
     charged_seconds: float = 0.0
+    #: Seconds spent waiting for a shared resource (rate limiters, quotas), not charged.
     waited_seconds: float = 0.0
+    #: Wall-clock seconds from the query's start to its record.
     wall_seconds: float = 0.0
+    #: Which clock the budget counted (`working`: charged seconds only).
     budget_clock: str = "working"
+    #: True when the steer message (submit now) was sent.
     steered: bool = False
+    #: The document sets: every docid a search returned (surfaced), showed with a preview
+    #: (previewed), read whole (opened), and the behavior set (previewed or opened).
     surfaced: list[str] = Field(default_factory=list)
     previewed: list[str] = Field(default_factory=list)
     opened: list[str] = Field(default_factory=list)
     behavior: list[str] = Field(default_factory=list)
+    #: When the query started and ended (ISO 8601, UTC).
     started_at: str
     finished_at: str
     #: Model calls whose reply carried no usage block: their tokens are unknown, so the
@@ -161,18 +206,47 @@ class QueryRecord(BaseModel):
 
 
 class Judgement(BaseModel):
-    """One judge model's verdict on one query (SPEC §6), written once per (query, judge)."""
+    """One judge model's verdict on one query (SPEC §6), written once per (query, judge): a
+    line of the run directory's `judgements/<judge model>.jsonl`.
+
+    Args:
+        **fields: the verdict's fields (the judge makes them; a reader gets them from the
+            judgements file).
+
+    Returns:
+        A validated verdict.
+
+    Example:
+        ```python
+        from pathlib import Path
+
+        from piserini_ray import Judgement
+
+        path = Path(run_dir) / "judgements" / "offline_judge.jsonl"
+        verdicts = [Judgement.model_validate_json(l) for l in path.read_text().splitlines()]
+        print(sum(bool(v.correct) for v in verdicts), "correct")
+        ```
+    """
 
     query_id: str
+    #: The judge model's name.
     judge_model: str
+    #: `judged` (a verdict) or `judge_failed` (the judge's calls failed; `error` says why).
     status: Literal["judged", "judge_failed"]
+    #: The verdict: True when the exact answer matches the gold answer.
     correct: bool | None = None
+    #: The judge's confidence (see `template`).
     confidence: float | None = None
+    #: The answer the judge read from the response.
     extracted_final_answer: str | None = None
+    #: The gold answer it was compared with.
     correct_answer: str | None = None
+    #: The judge's reasoning, as it wrote it.
     reasoning: str | None = None
     error: str | None = None
+    #: Calls made to reach the verdict (retries included).
     attempts: int = 0
+    #: The judge's tokens for this verdict.
     usage: Usage = Usage()
     #: The prompt the judge read (`judge.template`): under `browsecomp-plus` its `confidence`
     #: is the one it extracted from the response, not its confidence in the verdict.
@@ -180,10 +254,35 @@ class Judgement(BaseModel):
 
 
 class RunManifest(BaseModel):
+    """A run directory's `manifest.json`, written when the run directory is created: the
+    config it runs (so `resume`, `judge` and `report` need only the directory), the versions
+    of what ran it, and the content keys of its data files.
+
+    Args:
+        **fields: the manifest's fields (the store writes it; a reader gets it from the file).
+
+    Returns:
+        A validated manifest; `RunConfig.model_validate(manifest.config)` is the run's config.
+
+    Example:
+        ```python
+        from pathlib import Path
+
+        from piserini_ray import RunManifest
+
+        manifest = RunManifest.model_validate_json((Path(run_dir) / "manifest.json").read_text())
+        print(manifest.config_hash, manifest.versions["piserini_ray"])
+        ```
+    """
+
     run_id: str
+    #: The hash of the config's identity (what makes two runs the same run).
     config_hash: str
+    #: The whole config, as `RunConfig.model_dump(mode="json")` gives it.
     config: dict[str, Any]
+    #: Versions of Python, the package and the libraries that ran the run.
     versions: dict[str, str]
+    #: When the run directory was created (ISO 8601, UTC).
     started_at: str
     #: The content key of each data file when the run began (`RunConfig.data_keys`): a
     #: resumed run whose files changed in place is refused, never mixed.

@@ -53,7 +53,26 @@ class EpochsConfig(StrictModel):
 
 
 class RunConfig(StrictModel):
-    """The whole configuration of a run."""
+    """The whole configuration of a run: every section of a run config file, validated
+    (unknown keys refused). Frozen: change it with `model_copy(update=...)`, or load it again
+    with overrides. Every key is on the configuration reference page.
+
+    Args:
+        **sections: the sections (`benchmark`, `slice`, `retrieval`, `model`, `agent`,
+            `tools`, `judge`, `pricing`, `runtime`, ...); each missing one takes its defaults.
+
+    Returns:
+        A validated config; `config_hash()` is the identity of the run it configures.
+
+    Example:
+        ```python
+        from piserini_ray import RunConfig, load_config
+
+        config = load_config(overrides={"slice.sample": 3})
+        assert isinstance(config, RunConfig) and config.slice.sample == 3
+        print(config.config_hash()[:8])
+        ```
+    """
 
     IDENTITY = (
         "benchmark",

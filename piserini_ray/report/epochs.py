@@ -14,6 +14,24 @@ from piserini_ray.report._format import percent
 
 
 class EpochsReport(BaseModel):
+    """Accuracy over a run's epochs (`run.epochs`): mean and sd, pass@k and pass^k; the run
+    directory's `epochs.json`, and `Report.epochs`.
+
+    Args:
+        **fields: the report's fields (the pipeline makes it from each epoch's verdicts).
+
+    Returns:
+        A validated epochs report.
+
+    Example:
+        ```python
+        from piserini_ray import load_config, report, run
+
+        run_dir = run(load_config(overrides={"run.epochs": 2}), engine="local")
+        print(report([run_dir]).epochs[0].stats)
+        ```
+    """
+
     run_dir: str
     model: str
     stats: EpochStats

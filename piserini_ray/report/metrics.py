@@ -79,6 +79,27 @@ UNAVAILABLE_FIGURES: dict[str, tuple[str, ...]] = {
 
 
 class RunMetrics(BaseModel):
+    """A run's figures: its `summary.json` (accuracy with its 95 % interval, calibration
+    error, recalls, tool calls, tokens, cost), what `judge` and `report` return per run.
+    Every field is on the record files' reference page.
+
+    Args:
+        **fields: the figures (the reports make them from the records and verdicts).
+
+    Returns:
+        A validated summary.
+
+    Example:
+        ```python
+        from pathlib import Path
+
+        from piserini_ray import RunMetrics
+
+        summary = RunMetrics.model_validate_json((Path(run_dir) / "summary.json").read_text())
+        print(summary.accuracy.value, summary.accuracy.ci95, summary.cost_usd)
+        ```
+    """
+
     run_dir: str
     config_hash: str
     benchmark: str
