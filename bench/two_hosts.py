@@ -131,59 +131,98 @@ def _first(m: Measured, *markers: str) -> float | None:
     return next((t for t, line in m.lines if all(x in line for x in markers)), None)
 
 
-def phases(m: Measured, ip: str) -> dict[str, float | None]:
-    """Seconds since the command started at which each start-up step of the replica on `ip`
-    was done, and the driver's own steps."""
-    said: dict[str, float] = {}
+#: A replica's start-up steps: the marker of each one's line.
+STEPS = {
+    "worker started": "worker started",
+    "index ready": "index ready in",
+    "JVM up": "JVM up",
+    "searcher open": "searcher open",
+    "model checked": "model check of",
+    "first query started": "first query started",
+    "first query done": "first query done",
+}
+SECONDS = re.compile(r" in (\d+\.\d+) s")
+
+
+def replica_steps(m: Measured, ip: str) -> dict[str, tuple[float, float | None]]:
+    """Each step of the replica on `ip`: when it was said (seconds since the command started)
+    and the duration it names (`... in X s`), if any."""
+    said: dict[str, tuple[float, float | None]] = {}
     for _, line in m.lines:
         found = REPLICA.search(line)
-        if found and found.group(2) == ip:
-            what = found.group(4)
-            key = next(
-                (
-                    k
-                    for k, marker in (
-                        ("worker started", "worker started"),
-                        ("index ready", "index ready"),
-                        ("JVM up", "JVM up"),
-                        ("searcher open", "searcher open"),
-                        ("model checked", "model check of"),
-                        ("first query started", "first query started"),
-                        ("first query done", "first query done"),
-                    )
-                    if marker in what
-                ),
-                None,
-            )
-            if key and key not in said:
-                said[key] = _at(m, found.group(1))
-    return {
-        "replicas asked": _first(m, "searcher replica(s) for"),
-        **{
-            k: said.get(k)
-            for k in (
-                "worker started",
-                "index ready",
-                "JVM up",
-                "searcher open",
-                "model checked",
-                "first query started",
-                "first query done",
-            )
-        },
-        "all ready (driver)": _first(m, "searcher replica(s) ready"),
-        "judging (driver)": _first(m, "judging "),
-    }
+        if not found or found.group(2) != ip:
+            continue
+        for step, marker in STEPS.items():
+            if marker in found.group(4) and step not in said:
+                took = SECONDS.search(found.group(4))
+                said[step] = (_at(m, found.group(1)), float(took.group(1)) if took else None)
+    return said
+
+
+def _ips(m: Measured) -> list[str]:
+    return sorted({found.group(2) for _, line in m.lines if (found := REPLICA.search(line))})
 
 
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def node_rows(results: dict[tuple[int, int], list[Measured]]) -> list[str]:
+    """Every replica's start-up (the first repeat of each run): when each step was done,
+    seconds since the command started, and the driver's own steps."""
+    lines = [
+        "| run | node | replicas asked | " + " | ".join(STEPS) + " | all ready (driver) |",
+        "|---|---|" + "---:|" * (len(STEPS) + 2),
+    ]
+    for (hosts, queries), runs in sorted(results.items()):
+        m = runs[0]
+        for ip in _ips(m):
+            steps = replica_steps(m, ip)
+            cells = [_cell(steps[k][0] if k in steps else None) for k in STEPS]
+            lines.append(
+                f"| {hosts} host(s), {queries} q | {ip} | "
+                f"{_cell(_first(m, 'searcher replica(s) for'))} | " + " | ".join(cells) + " | "
+                f"{_cell(_first(m, 'searcher replica(s) ready'))} |"
+            )
+    return lines
+
+
+def joining_rows(results: dict[tuple[int, int], list[Measured]]) -> list[str]:
+    """Where a joining node's seconds go (host 2 of each two-host run, first repeat)."""
+    lines = [
+        "| run | worker start | JVM boot | index (shipped, checked) | worker started -> "
+        "searcher open | open -> model checked | checked -> first query | first query |",
+        "|---|" + "---:|" * 7,
+    ]
+    for (hosts, queries), runs in sorted(results.items()):
+        m = runs[0]
+        for ip in [ip for ip in _ips(m) if hosts == 2 and not ip.endswith(".1")]:
+            s = replica_steps(m, ip)
+            at = {k: v[0] for k, v in s.items()}
+            asked = _first(m, "searcher replica(s) for")
+
+            def span(a: float | None, b: float | None) -> str:
+                return "-" if a is None or b is None else f"{b - a:.1f}"
+
+            checked = at.get("model checked")
+            cells = [
+                span(asked, at.get("worker started")),
+                _cell(s.get("JVM up", (0, None))[1]),
+                _cell(s.get("index ready", (0, None))[1]),
+                span(at.get("worker started"), at.get("searcher open")),
+                span(at.get("searcher open"), checked),
+                span(checked, at.get("first query started")),
+                _cell(s.get("first query done", (0, None))[1]),
+            ]
+            lines.append(f"| {queries} q | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", default="40,80")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--label", default="", help="what is measured (a commit), in the title")
     args = parser.parse_args()
     if reason := skip_reason():
         raise SystemExit(f"two hosts cannot be made here: {reason}")
@@ -198,7 +237,7 @@ def main() -> None:
                         measure(hosts, queries, index_root)
                     )
     lines = header(
-        "Two hosts against one (issue 32)",
+        "Two hosts against one (issue 32)" + (f": {args.label}" if args.label else ""),
         f"The kit of tests/hosts.py (network namespaces, host 2 bare), a fresh kit per run; "
         f"`piserini-ray run` from host 1; the sample's questions cycled; gpt-5.4-mini served by "
         f"the offline provider (offline/heuristic) at a fixed {LATENCY} s per call; 2 queries at "
@@ -214,52 +253,17 @@ def main() -> None:
         two = min(m.makespan for m in results[(2, queries)])
         goal = GOALS.get(queries)
         verdict = (
-            "-"
-            if goal is None
-            else f">= {goal}x: {'met' if two and one / two >= goal else 'MISSED'}"
+            "-" if goal is None else f">= {goal}x: " + ("met" if one / two >= goal else "MISSED")
         )
         lines.append(f"| {queries} | {one:.1f} | {two:.1f} | {one / two:.2f}x | {verdict} |")
     lines += [
         "",
-        "Start-up of each node, seconds since the command started (the first repeat; the "
-        "replicas' own time stamps; `-`: no such line):",
+        "Each replica's start-up, seconds since the command started (`-`: no such line):",
         "",
     ]
-    steps = list(phases(Measured(1, 0, 0.0), "").keys())
-    lines += ["| run | node | " + " | ".join(steps) + " |", "|---|---|" + "---:|" * len(steps)]
-    for (hosts, queries), runs in sorted(results.items()):
-        m = runs[0]
-        ips = sorted({found.group(2) for _, line in m.lines if (found := REPLICA.search(line))})
-        for ip in ips:
-            cells = [_cell(v) for v in phases(m, ip).values()]
-            lines.append(f"| {hosts} host(s), {queries} q | {ip} | " + " | ".join(cells) + " |")
-    lines += ["", "A joining node's seconds (host 2 of each two-host run), step by step:", ""]
-    lines += [
-        "| run | worker start | index | JVM + open | ready -> model checked | all ready (driver) "
-        "| first query | ready to first query |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for (hosts, queries), runs in sorted(results.items()):
-        if hosts != 2:
-            continue
-        m = runs[0]
-        ips = sorted({found.group(2) for _, line in m.lines if (found := REPLICA.search(line))})
-        joining = [ip for ip in ips if not ip.endswith(".1")]
-        for ip in joining:
-            p = phases(m, ip)
-
-            def span(a: str, b: str, p: dict[str, float | None] = p) -> str:
-                x, y = p.get(a), p.get(b)
-                return "-" if x is None or y is None else f"{y - x:.1f}"
-
-            lines.append(
-                f"| {queries} q | {span('replicas asked', 'worker started')} | "
-                f"{span('worker started', 'index ready')} | "
-                f"{span('index ready', 'searcher open')} | "
-                f"{span('searcher open', 'model checked')} | {_cell(p['all ready (driver)'])} | "
-                f"{span('first query started', 'first query done')} | "
-                f"{span('searcher open', 'first query started')} |"
-            )
+    lines += node_rows(results)
+    lines += ["", "Where a joining node's seconds go (host 2; durations the replica names):", ""]
+    lines += joining_rows(results)
     warned = [
         f"{hosts} host(s), {queries} q: {line}"
         for (hosts, queries), runs in results.items()
