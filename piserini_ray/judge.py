@@ -24,7 +24,7 @@ from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.llm.batches import BatchRequest, ProviderBatches, batches_for, chat_body, split
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.failures import RetryError
 from piserini_ray.records import Judgement, QueryRecord, Usage
 from piserini_ray.store import RunStore
 

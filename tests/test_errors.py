@@ -16,7 +16,7 @@ from piserini_ray.errors import (
     ProviderRefused,
     RequestTooLarge,
 )
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.retrieval.encoder import EncoderError
 from piserini_ray.runtime.readiness import StartupError
 

@@ -26,7 +26,7 @@ from piserini_ray.config import AgentConfig
 from piserini_ray.data.benchmark import Query
 from piserini_ray.errors import InfrastructureError, ProviderRefused
 from piserini_ray.llm.client import CallTrace, Completion, LLMClient
-from piserini_ray.llm.retry import FailureKind, RetryError
+from piserini_ray.llm.failures import FailureKind, RetryError
 from piserini_ray.records import (
     QueryRecord,
     RankingLog,

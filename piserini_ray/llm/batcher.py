@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import orjson
 
 from piserini_ray.llm.batches import BatchRequest, ProviderBatches, split
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.secrets import scrub
 
 Log = Callable[[str], None]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig, RunConfig
 from piserini_ray.errors import ConfigError
 from piserini_ray.llm.clients import build_client
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.failures import RetryError
 
 #: The API base of a model under a run's offline settings (`endpoints.ModelEndpoints.api_base`).
 Endpoint = Callable[[ModelConfig, OfflineConfig], str | None]

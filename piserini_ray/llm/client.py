@@ -27,14 +27,10 @@ from pydantic import SecretStr
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.errors import InfrastructureError
 from piserini_ray.llm.batches import chat_body
-from piserini_ray.llm.retry import (
-    Failure,
-    FailureKind,
-    RetryError,
-    classify,
-    note_reply_body,
-    retrying,
-)
+from piserini_ray.llm.error_catalogue import classify
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
+from piserini_ray.llm.provider_errors import note_reply_body
+from piserini_ray.llm.retry import retrying
 from piserini_ray.llm.secrets import hold, key_variable, scrub
 from piserini_ray.llm.usage import (
     ReportedPrompts,

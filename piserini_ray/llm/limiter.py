@@ -45,7 +45,7 @@ from pydantic import BaseModel
 from piserini_ray.config import ModelConfig, RateLimitConfig, RunConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
-from piserini_ray.llm.retry import CAPACITY, Failure, FailureKind
+from piserini_ray.llm.failures import CAPACITY, Failure, FailureKind
 
 if TYPE_CHECKING:
     from piserini_ray.llm.client import Limiter

@@ -16,6 +16,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from piserini_ray.config import ModelConfig, RateLimitConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import InfrastructureError, RequestTooLarge
+from piserini_ray.llm.failures import Failure
 from piserini_ray.llm.limiter import (
     LimiterStats,
     Outcome,
@@ -24,7 +25,6 @@ from piserini_ray.llm.limiter import (
     outcome_of,
     quota_key,
 )
-from piserini_ray.llm.retry import Failure
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]

@@ -30,7 +30,7 @@ from piserini_ray.config import (
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.clients import build_client
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.failures import RetryError
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.runtime.batcher_actor import RayBatcher

@@ -15,7 +15,7 @@ from piserini_ray.agent.loop import (
     ending_of,
 )
 from piserini_ray.errors import InfrastructureError, ProviderRefused
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.records import RankingLog, ToolCallRecord, Turn, Usage
 
 

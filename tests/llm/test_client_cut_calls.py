@@ -16,7 +16,7 @@ import pytest
 from piserini_ray.agent.prompt import SYSTEM_PROMPT, question_message
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import CallTrace, LLMClient
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.failures import RetryError
 from piserini_ray.llm.usage import character_estimate, count_prompt, local_tokenizer
 from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
 from piserini_ray.tools import tool_schemas

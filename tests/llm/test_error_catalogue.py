@@ -1,8 +1,8 @@
-"""The error catalogue of `llm/retry.py` over loopback HTTP: every row's exact payload (status,
-headers, body, or a stream with an `error` event) sent by a small aiohttp server on 127.0.0.1,
-through litellm (unpatched) on the route the project uses, into the class the catalogue says;
-and every row again with three other messages, each worded to mislead a classifier that reads
-messages (litellm's does), into the same class."""
+"""The error catalogue (`llm/error_catalogue.py`) over loopback HTTP: every row's exact payload
+(status, headers, body, or a stream with an `error` event) sent by a small aiohttp server on
+127.0.0.1, through litellm (unpatched) on the route the project uses, into the class the
+catalogue says; and every row again with three other messages, each worded to mislead a
+classifier that reads messages (litellm's does), into the same class."""
 
 from __future__ import annotations
 
@@ -21,14 +21,8 @@ from aiohttp import web
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.retry import (
-    CATALOGUE,
-    Failure,
-    FailureKind,
-    RetryError,
-    catalogue_table,
-    classify,
-)
+from piserini_ray.llm.error_catalogue import CATALOGUE, catalogue_table, classify
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 
 RL, TR, PE, QE = (
     FailureKind.RATE_LIMIT,
@@ -542,7 +536,8 @@ def test_a_retry_after_date_on_a_transient_failure_is_its_wait() -> None:
 def test_an_anthropic_429_for_a_request_larger_than_what_is_left_names_its_window() -> None:
     """No family is at 0 (the request was larger than what was left): the family with the least
     left of its limit is the window, so the limiter cools down instead of cutting concurrency."""
-    from piserini_ray.llm.retry import ErrorShape, quota_window
+    from piserini_ray.llm.error_catalogue import quota_window
+    from piserini_ray.llm.provider_errors import ErrorShape
 
     headers = {
         "anthropic-ratelimit-requests-limit": "50",

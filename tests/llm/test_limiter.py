@@ -6,8 +6,8 @@ import pytest
 
 from piserini_ray.config import RateLimitConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
+from piserini_ray.llm.failures import Failure, FailureKind
 from piserini_ray.llm.limiter import RateLimiter, check_quotas, new_ticket, outcome_of
-from piserini_ray.llm.retry import Failure, FailureKind
 
 
 class Clock:

@@ -14,8 +14,9 @@ import pytest
 from piserini_ray.agent.prompt import SYSTEM_PROMPT, question_message
 from piserini_ray.config import ModelConfig, RateLimitConfig, RetryConfig
 from piserini_ray.llm.client import Completion, LLMClient
+from piserini_ray.llm.error_catalogue import parse_retry_after
+from piserini_ray.llm.failures import FailureKind, RetryError
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
-from piserini_ray.llm.retry import FailureKind, RetryError, parse_retry_after
 from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
 
 MESSAGES = [

@@ -6,7 +6,9 @@ import pytest
 
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.retry import FailureKind, backoff_seconds, classify
+from piserini_ray.llm.error_catalogue import classify
+from piserini_ray.llm.failures import FailureKind
+from piserini_ray.llm.retry import backoff_seconds
 from piserini_ray.llm.usage import usage_from_response
 from piserini_ray.records import Usage
 

@@ -18,8 +18,9 @@ import httpx
 import pytest
 
 from piserini_ray.config import ModelConfig, RateLimitConfig, RetryConfig
+from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
-from piserini_ray.llm.retry import Failure, FailureKind, RetryError, parse_duration
+from piserini_ray.llm.provider_errors import parse_duration
 from piserini_ray.offline import (
     FaultRates,
     LatencyConfig,

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
 from echo_provider import EchoProvider
 
-from piserini_ray.llm.retry import RetryError
+from piserini_ray.llm.failures import RetryError
 from piserini_ray.llm.secrets import MASK
 from piserini_ray.runtime.batcher_actor import BatcherActor
 
