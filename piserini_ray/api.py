@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["judge", "load_config", "report", "run"]
 
-Engine = Literal["ray", "local"]
-
 
 def _stderr(message: str) -> None:
     print(f"[piserini-ray] {message}", file=sys.stderr, flush=True)
@@ -60,7 +58,7 @@ def load_config(
 def run(
     config: RunConfig,
     run_dir: str | Path | None = None,
-    engine: Engine = "ray",
+    engine: Literal["ray", "local"] = "ray",
     *,
     concurrency: int = 4,
     retry_failed: bool = False,
@@ -130,7 +128,7 @@ def judge(
     run_dirs: str | Path | Sequence[str | Path],
     *,
     judges: Sequence[str] = (),
-    engine: Engine = "local",
+    engine: Literal["ray", "local"] = "local",
     log: Log | None = None,
 ) -> Report:
     """Judge the answers of one or more runs that have no verdict yet, then write each run's

@@ -11,7 +11,11 @@ from pydantic import BaseModel, Field
 
 
 class Usage(BaseModel):
+    """Tokens of one model call, one turn or a whole query (summed)."""
+
+    #: Input tokens, cached ones included (uncached input = input - cached).
     input_tokens: int = 0
+    #: Output tokens, reasoning tokens included.
     output_tokens: int = 0
     #: Input tokens served from the provider's prompt cache (billed at the cache-read price).
     cached_tokens: int = 0
@@ -36,29 +40,34 @@ Status = Literal["completed", "timeout", "failed"]
 
 
 class ToolCallRecord(BaseModel):
-    id: str | None
-    name: str
+    """One tool call of a turn: what the model asked and what it saw."""
+
+    id: str | None  # the provider's id of the call, when it gave one
+    name: str  # search, read_search_results or read_document (or what the model named)
     arguments: str  # as the model sent it (may be invalid JSON: that is part of the record)
-    reason: str | None = None
-    ok: bool
+    reason: str | None = None  # the call's `reason` argument (its rationale)
+    ok: bool  # False: a tool error, returned to the agent as its observation
     observation: str  # what the agent saw (truncated when spilled)
+    #: The spill file holding the whole output when it was truncated (`spill/<query id>/`).
     spill_file: str | None = None
-    error: str | None = None
-    seconds: float
+    error: str | None = None  # the tool error, when `ok` is False
+    seconds: float  # the tool's time, charged to the budget
 
 
 class Turn(BaseModel):
-    index: int
-    model_output: str | None
+    """One model turn of a query's trajectory: the model's output and the tool calls it made."""
+
+    index: int  # 1 for the first turn
+    model_output: str | None  # the model's text of the turn (None: tool calls only)
     #: The model's reasoning text or summary, when its provider returns one (thinking blocks,
     #: `reasoning_content`).
     reasoning: str | None = None
-    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    usage: Usage = Usage()
-    model_seconds: float = 0.0
-    waited_seconds: float = 0.0
-    attempts: int = 1
-    retries: list[str] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)  # in the order made
+    usage: Usage = Usage()  # the turn's model call's tokens
+    model_seconds: float = 0.0  # the model call's time, charged to the budget
+    waited_seconds: float = 0.0  # time waiting on limiters and in back-off (not charged)
+    attempts: int = 1  # calls sent for this turn (retries included)
+    retries: list[str] = Field(default_factory=list)  # why each failed attempt failed
     usage_reported: bool = True  # False: no usage came back (no usage block, or no reply)
     #: The call was cut at the budget or failed after it was sent: no usage came back, but the
     #: provider received the request (and may bill it), so `usage` holds its prompt, counted
@@ -68,7 +77,7 @@ class Turn(BaseModel):
     #: (litellm's tokenizer of the model) or `characters / 4`, calibrated by the provider's
     #: last reported count (that count plus what was added, or its ratio).
     estimate_method: str | None = None
-    started_at_charged: float = 0.0
+    started_at_charged: float = 0.0  # the budget's charged seconds when the turn began
     steered: bool = False  # the steer message was added before this turn
 
 
@@ -76,9 +85,9 @@ class RankingLog(BaseModel):
     """One search of a query: its text and the whole cached ranking (for depth curves, TREC
     exports and where-the-evidence-sits analyses)."""
 
-    search_id: str
-    query: str
-    docids: list[str]
+    search_id: str  # the session's id of the search (s1, s2, ...)
+    query: str  # the query as the agent wrote it
+    docids: list[str]  # the whole ranking, best first, at the configured depth
     #: Which `retrieval.backend` ranked them (records before backends existed: BM25).
     backend: str = "bm25"
 
@@ -99,9 +108,9 @@ class ImportedFrom(BaseModel):
     (their fields in the record are empty or zero, and mean nothing)."""
 
     format: str  # browsecomp-plus | pi-serini
-    #: The folder the run files were read from (absolute), and this record's file in it.
-    directory: str
-    file: str
+    directory: str  # the folder the run files were read from (absolute)
+    file: str  # this record's file in that folder
+    #: The parts of the record the format lacks (`Unavailable`): reported as n/a, never 0.
     unavailable: list[Unavailable] = Field(default_factory=list)
 
 
@@ -129,10 +138,9 @@ class QueryRecord(BaseModel):
         ```
     """
 
-    #: The run's id (its directory's name) and the hash of its config's identity.
-    run_id: str
-    config_hash: str
-    query_id: str
+    run_id: str  # the run's id (its manifest's)
+    config_hash: str  # the hash of the run config's identity (`RunConfig.config_hash`)
+    query_id: str  # the query's id in the benchmark
     #: Which epoch of the run answered (`run.epochs`): a run's records are keyed by query and
     #: epoch, each epoch in its own directory.
     epoch: int = 1
@@ -156,7 +164,7 @@ class QueryRecord(BaseModel):
     confidence: float = 100.0
     #: True when the final message gave no confidence.
     confidence_missing: bool = True
-    #: The docids the final message cites (`[docid]`).
+    #: The `[docid]` references of the final answer that exist in the corpus.
     cited: list[str] = Field(default_factory=list)
     #: Every model turn with its tool calls and their observations (left out by readers that
     #: do not ask for it).
@@ -177,15 +185,17 @@ class QueryRecord(BaseModel):
     budget_clock: str = "working"
     #: True when the steer message (submit now) was sent.
     steered: bool = False
-    #: The document sets: every docid a search returned (surfaced), showed with a preview
-    #: (previewed), read whole (opened), and the behavior set (previewed or opened).
+    #: Every docid of every cached ranking of every search (the whole depth, not only the
+    #: hits shown).
     surfaced: list[str] = Field(default_factory=list)
+    #: Docids whose hit was shown on a page (a search's first page or a browsed page).
     previewed: list[str] = Field(default_factory=list)
+    #: Docids read with `read_document`.
     opened: list[str] = Field(default_factory=list)
+    #: The opened docids and the cited ones (opened ∪ cited).
     behavior: list[str] = Field(default_factory=list)
-    #: When the query started and ended (ISO 8601, UTC).
-    started_at: str
-    finished_at: str
+    started_at: str  # when the query started (ISO 8601, UTC)
+    finished_at: str  # when its loop ended (ISO 8601, UTC)
     #: Model calls whose reply carried no usage block: their tokens are unknown, so the
     #: record's usage (and any cost) is a lower bound.
     calls_without_usage: int = 0
@@ -228,7 +238,7 @@ class Judgement(BaseModel):
         ```
     """
 
-    query_id: str
+    query_id: str  # the query judged
     #: The judge model's name.
     judge_model: str
     #: `judged` (a verdict) or `judge_failed` (the judge's calls failed; `error` says why).
@@ -243,7 +253,7 @@ class Judgement(BaseModel):
     correct_answer: str | None = None
     #: The judge's reasoning, as it wrote it.
     reasoning: str | None = None
-    error: str | None = None
+    error: str | None = None  # why the judge failed, for `judge_failed`
     #: Calls made to reach the verdict (retries included).
     attempts: int = 0
     #: The judge's tokens for this verdict.
@@ -275,7 +285,7 @@ class RunManifest(BaseModel):
         ```
     """
 
-    run_id: str
+    run_id: str  # the run directory's name, a dash and the config hash's first 8 characters
     #: The hash of the config's identity (what makes two runs the same run).
     config_hash: str
     #: The whole config, as `RunConfig.model_dump(mode="json")` gives it.

@@ -1,11 +1,14 @@
 """The documentation site builds with `mkdocs build --strict`, its generated references are
 complete (every config key of `RunConfig` and the models nested in it, every subcommand of the
-argument parser), and every relative link in the README points at a file that exists."""
+argument parser, every public name of the API with its arguments, every field of the record
+files), and every relative link in the README points at a file that exists."""
 
 from __future__ import annotations
 
 import argparse
 import html
+import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -101,3 +104,68 @@ def test_every_relative_link_in_the_readme_points_to_a_file_that_exists() -> Non
     assert any(t.startswith("docs/") for t in relative), "the README links into docs/"
     broken = [t for t in relative if not (ROOT / t.split("#", 1)[0]).exists()]
     assert not broken, f"README links to files that do not exist: {broken}"
+
+
+#: The record files, the model of a line of each, and whether every field of that model (and of
+#: the models nested in it) must carry a description: those a user reads first.
+RECORD_FILES = {
+    "records.jsonl": ("piserini_ray.records", "QueryRecord", True),
+    "judgements": ("piserini_ray.records", "Judgement", True),
+    "manifest.json": ("piserini_ray.records", "RunManifest", True),
+    "summary.json": ("piserini_ray.report.metrics", "RunMetrics", False),
+    "epochs.json": ("piserini_ray.report.epochs", "EpochsReport", False),
+}
+
+
+def _id(prefix: str, name: str) -> str:
+    slug = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.lower()).strip("-")
+    return f"{prefix}-{slug}"
+
+
+def test_the_api_page_lists_every_public_name_with_its_arguments(site: Path) -> None:
+    import piserini_ray
+
+    page = _page(site, "api")
+    names = [n for n in piserini_ray.__all__ if n != "__version__"]
+    assert {"load_config", "run", "judge", "report", "RunConfig", "QueryRecord"} <= set(names)
+    for name in names:
+        value = getattr(piserini_ray, name)
+        kind = "api" if inspect.isfunction(value) else "api-type"
+        assert f'id="{_id(kind, name)}"' in page, f"{name} is not on the API page"
+        assert f"from piserini_ray import {name}" in page, name
+        if inspect.isfunction(value):
+            section = page.split(f'id="{_id(kind, name)}"', 1)[1].split("<h3", 1)[0]
+            for param in inspect.signature(value).parameters:
+                assert f"<code>{param}</code>" in section, f"{name}({param}) is not documented"
+            assert "Returns" in section and "Example" in section, name
+
+
+def _record_models(model: type[BaseModel], seen: set[type[BaseModel]]) -> Iterator[type[BaseModel]]:
+    if model in seen:
+        return
+    seen.add(model)
+    yield model
+    for field in model.model_fields.values():
+        for nested in _models(field.annotation):
+            yield from _record_models(nested, seen)
+
+
+_ROW = r'id="{id}"></span><code>[^<]*</code></td>\s*<td>.*?</td>\s*<td>.*?</td>\s*<td>(.*?)</td>'
+
+
+def test_the_records_page_documents_every_field_of_the_record_files(site: Path) -> None:
+    page = _page(site, "records")
+    seen: set[type[BaseModel]] = set()
+    undescribed = []
+    for file, (module, name, described) in RECORD_FILES.items():
+        root = getattr(importlib.import_module(module), name)
+        assert file in page and f'id="{_id("records", name)}"' in page, file
+        for model in _record_models(root, seen):
+            for field in model.model_fields:
+                row = _id("records", f"{model.__name__}-{field}")
+                found = re.search(_ROW.format(id=re.escape(row)), page, re.DOTALL)
+                assert found, f"{model.__name__}.{field} ({file}) is not on the records page"
+                if described and not found.group(1).strip():
+                    undescribed.append(f"{model.__name__}.{field}")
+    assert len(seen) > 10  # the walk reached the nested models (Turn, Usage, Estimate, ...)
+    assert not undescribed, f"record fields without a description: {undescribed}"

@@ -34,14 +34,18 @@ from piserini_ray.report.panel import PanelSummary
 
 
 class Estimate(BaseModel):
-    value: float | None
-    ci95: tuple[float, float] | None = None
-    queries: int
+    """A figure with its 95 % bootstrap interval and the count of queries it covers."""
+
+    value: float | None  # a fraction (0.75 = 75 %); None where undefined (n/a)
+    ci95: tuple[float, float] | None = None  # the 95 % bootstrap interval, when computed
+    queries: int  # the queries the figure covers
 
 
 class RecallFigures(BaseModel):
-    macro: Estimate
-    micro: Estimate
+    """A document set's recall against one kind of qrels."""
+
+    macro: Estimate  # the mean over queries with non-empty qrels
+    micro: Estimate  # all hits over all qrels
 
 
 CONVENTION_NOTES = {
@@ -100,26 +104,26 @@ class RunMetrics(BaseModel):
         ```
     """
 
-    run_dir: str
-    config_hash: str
-    benchmark: str
-    model: str
-    judge: str
-    queries: int
-    statuses: dict[str, int]
-    judge_failed: int
+    run_dir: str  # the run directory
+    config_hash: str  # the hash of the run config's identity
+    benchmark: str  # the benchmark's name
+    model: str  # the agent model
+    judge: str  # the judge (or panel) whose verdicts the figures count
+    queries: int  # the run's queries (its slice)
+    statuses: dict[str, int]  # queries by status: completed, timeout, failed
+    judge_failed: int  # queries whose judge failed (judged again by the next `judge`)
     #: correct / all queries of the run (timeouts and failures are wrong; SPEC §7).
     accuracy: Estimate
     #: correct / the queries with a verdict: beside `accuracy` while verdicts are missing.
     accuracy_judged: Estimate | None = None
     #: False while any query has no verdict (a judge failure, or not judged yet).
     accuracy_final: bool = True
-    pending_verdicts: int = 0
+    pending_verdicts: int = 0  # queries without a verdict yet (judge failures included)
     #: correct / completed queries.
     accuracy_completed: Estimate
     #: CE x 100 by convention; None where undefined (browsecomp-plus needs N >= 200).
     calibration_error: dict[str, float | None]
-    calibration_default: str = "piserini"
+    calibration_default: str = "piserini"  # the convention the report shows first
     #: The queries the piserini convention covers: the completed ones with a verdict.
     calibration_queries: int = 0
     #: The queries the browsecomp-plus convention covers: those the judge read (completed,
@@ -131,11 +135,11 @@ class RunMetrics(BaseModel):
     conventions: dict[str, str] = Field(default_factory=lambda: dict(CONVENTION_NOTES))
     recall: dict[str, dict[str, RecallFigures]]  # set -> qrels kind -> figures
     depth_curve: dict[str, dict[int, float | None]]  # qrels kind -> k -> macro surfaced recall
-    tool_calls_per_query: dict[str, float]
+    tool_calls_per_query: dict[str, float]  # mean calls per query by tool, and `total`
     #: The token figures; None when a record's format does not report usage (`unavailable`).
     tokens_total: Usage | None
-    tokens_median_per_query: float | None
-    cached_token_ratio: float | None
+    tokens_median_per_query: float | None  # input + output tokens, median over queries
+    cached_token_ratio: float | None  # cached input tokens / input tokens
     #: USD of the agent's calls, the estimated prompts of calls no provider reported included.
     cost_usd: float | None
     #: Of `cost_usd`, the estimate for the calls cut at the budget or failed after sending
@@ -146,18 +150,17 @@ class RunMetrics(BaseModel):
     calls_usage_estimated: int = 0
     #: Model calls whose reply had no usage block: while above 0, cost is a lower bound.
     calls_without_usage: int = 0
-    judge_cost_usd: float | None
+    judge_cost_usd: float | None  # USD of the judge's calls; None when it is not priced
     #: model -> where its prices came from (the table, or litellm's map when allowed)
     pricing_source: dict[str, str]
-    budget_seconds: float
+    budget_seconds: float  # the time budget T per query (`agent.budget_seconds`)
     #: The termination policy in words ("time: 300 s", "iterations: 100", "both: ...").
     termination: str = "time"
-    bm25: dict[str, float]
-    #: `retrieval.backend`, `retrieval.depth` and the retriever in words.
-    backend: str = "bm25"
-    depth: int = 1000
-    retrieval: str = ""
-    budget: BudgetAnalysis | None = None
+    bm25: dict[str, float]  # k1 and b
+    backend: str = "bm25"  # `retrieval.backend`
+    depth: int = 1000  # `retrieval.depth`: hits per search
+    retrieval: str = ""  # the retriever in words
+    budget: BudgetAnalysis | None = None  # how queries used the time budget
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
     #: A judge panel's figures (`judge.models`): the run's verdicts are its majority.
