@@ -6,8 +6,9 @@ or shutdown in the makespan; the bench starts it with `ray.cluster_utils.Cluster
 
     python bench/engines.py [--repeats 1]
 
-Goal: the Ray engine's makespan at most 1.5x the local engine's on the same config. The phases
-come from the command's own log lines (time of the first line that names each).
+Goal: the Ray engine's makespan at most 1.3x the local engine's on the same config (issue 32;
+1.5x before). The phases come from the command's own log lines (time of the first line that
+names each).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from _common import append_results, header
 
+#: The Ray engine's makespan over the local engine's, at most (issue 32).
+GOAL = 1.3
 #: Log lines that open each phase, in order.
 PHASES = {
     "ray up": "started a local Ray instance",
@@ -97,8 +100,8 @@ def main() -> None:
     lines.append("")
     for engine in ("ray", "ray, Ray already up"):
         ray = min(t for t, _ in results[engine])
-        verdict = "met" if ray <= 1.5 * local else "MISSED"
-        lines.append(f"{engine} / local makespan: {ray / local:.2f}x (goal <= 1.5x): {verdict}.")
+        verdict = "met" if ray <= GOAL * local else "MISSED"
+        lines.append(f"{engine} / local makespan: {ray / local:.2f}x (goal <= {GOAL}x): {verdict}.")
     append_results(lines)
 
 
