@@ -359,7 +359,7 @@ async def _judge_in_batches(
             )
         else:
             batch.pending[record.query_id] = record
-    for batch_id, ids in store.open_batches(model.name).items():
+    for batch_id, ids in store.judge_batches.open_batches(model.name).items():
         log(f"batch {batch_id} of {model.name} ({len(ids)} answers) was sent before: polling it")
         await batch.collect(batch_id, ids)
     for round_ in range(1, config.retry.max_attempts + 1):
@@ -384,7 +384,7 @@ async def _judge_in_batches(
         for chunk in split(requests):
             chunk_ids = {r.custom_id: ids[r.custom_id] for r in chunk}
             batch_id = await api.submit(chunk, {"run_id": store.run_id, "judge": model.name})
-            store.note_batch(model.name, batch_id, chunk_ids)
+            store.judge_batches.note_batch(model.name, batch_id, chunk_ids)
             sent.append((batch_id, chunk_ids))
         for batch_id, chunk_ids in sent:
             await batch.collect(batch_id, chunk_ids)
@@ -454,7 +454,7 @@ class _BatchJudging:
                 )
             )
             del self.pending[query_id]
-        self.store.close_batch(self.model, batch_id)
+        self.store.judge_batches.close_batch(self.model, batch_id)
 
     def fail(self, query_id: str, why: str) -> None:
         """No verdict for this answer: a judge failure (the next `judge` tries it again)."""

@@ -39,7 +39,7 @@ from piserini_ray.errors import DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.store import RunStore, manifest_config
+from piserini_ray.store import RunStore, manifest_config, write_report_file
 
 if TYPE_CHECKING:
     from piserini_ray.report.epochs import EpochsReport
@@ -574,7 +574,7 @@ def report_runs(
             others = [Path(d) for _, d in runs if Path(d).absolute() != reference.absolute()]
             report.paired = paired_markdown(compare(reference, others, log))
             table += "\n" + report.paired
-        (folder / "report.md").write_text(table)
+        write_report_file(folder / "report.md", table)
         report.combined = [folder / "report.md", write_html_report(metrics, folder, pareto=True)]
     return report
 

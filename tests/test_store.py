@@ -1,4 +1,5 @@
 import random
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,7 +247,7 @@ def test_an_unwritable_run_directory_is_refused_before_any_work(
 
 @pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 16])
 def test_the_last_line_is_found_reading_backwards(tmp_path: Path, block: int) -> None:
-    from piserini_ray.store import _last_line
+    from piserini_ray.store.jsonl import _last_line
 
     for content in [b"", b"a", b"a\n", b"ab\ncd", b"ab\ncd\n", b"\n", b"ab\n\n", b"x\nyy\nzzz"]:
         path = tmp_path / "f"
@@ -371,3 +372,68 @@ def test_the_turn_ledger_reopens_whole_after_a_torn_tail(tmp_path: Path) -> None
     assert set(again.replies) == {"r1"}
     again.replied("r2", {"choices": []})
     assert set(TurnLedger(path).replies) == {"r1", "r2"}
+
+
+def test_the_judges_batches_stay_open_across_a_reopen_until_closed(tmp_path: Path) -> None:
+    """`batches.jsonl` (`store/ledgers.py`): a batch noted before polling is found open again
+    by the next store on the same run, per judge model, until it is closed."""
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        store.judge_batches.note_batch("judge-a", "batch_1", {"c1": "q1", "c2": "q2"})
+        store.judge_batches.note_batch("judge-b", "batch_2", {"c3": "q3"})
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        assert store.judge_batches.open_batches("judge-a") == {"batch_1": {"c1": "q1", "c2": "q2"}}
+        store.judge_batches.close_batch("judge-a", "batch_1")
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        assert store.judge_batches.open_batches("judge-a") == {}
+        assert store.judge_batches.open_batches("judge-b") == {"batch_2": {"c3": "q3"}}
+
+
+def test_a_report_file_is_written_whole_and_scrubbed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's report writer (`store/report_files.py`): text and text bytes pass the
+    scrubber, an image is written as it is, and no temporary file is left beside it."""
+    from piserini_ray.store import write_report_file
+
+    key = "sk-test-" + "7" * 24
+    monkeypatch.setenv("PISERINI_TEST_API_KEY", key)
+    report = write_report_file(tmp_path / "run" / "report.md", f"leaked {key}\n")
+    data = write_report_file(tmp_path / "run" / "summary.json", orjson.dumps({"k": key}))
+    image = write_report_file(tmp_path / "run" / "plot.png", key.encode(), binary=True)
+    assert report.read_text() == "leaked ***\n"
+    assert orjson.loads(data.read_bytes()) == {"k": "***"}
+    assert image.read_bytes() == key.encode()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "plot.png",
+        "report.md",
+        "summary.json",
+    ]
+
+
+# Modules that write files of their own, none of them reports: the offline provider, indexes
+# and their shipping, Ray's token, the MuSiQue converter, spill files (written by the store).
+_OTHER_WRITERS = {
+    "offline",
+    "retrieval",
+    "runtime",
+    "store",
+    "data/musique.py",
+    "tools/spill.py",
+    "report/_format.py",  # figures rendered to bytes in memory
+}
+_WRITES = re.compile(r"\.write_(?:text|bytes)\(|\bopen\([^)]*[\"'][wax]b?\+?[\"']|\.savefig\(")
+
+
+def test_every_report_file_is_written_by_the_store() -> None:
+    """No module writes a report file (or any file into a run directory) by itself: reports,
+    exports, the CLI and the pipeline go through `store/report_files.py`."""
+    package = Path(__file__).parents[1] / "piserini_ray"
+    writers = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative in _OTHER_WRITERS or relative.split("/")[0] in _OTHER_WRITERS:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if _WRITES.search(line):
+                writers.append(f"{relative}:{number}: {line.strip()}")
+    assert writers == []

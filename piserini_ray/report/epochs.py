@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from piserini_ray.metrics.epochs import EpochStats
 from piserini_ray.records import Judgement
 from piserini_ray.report._format import percent
+from piserini_ray.store.report_files import write_report_file
 
 
 class EpochsReport(BaseModel):
@@ -104,5 +105,5 @@ def epochs_markdown(report: EpochsReport) -> str:
 
 
 def write_epochs_report(report: EpochsReport, run_dir: Path) -> None:
-    (run_dir / "epochs.json").write_text(report.model_dump_json(indent=2))
-    (run_dir / "epochs.md").write_text(epochs_markdown(report))
+    write_report_file(run_dir / "epochs.json", report.model_dump_json(indent=2))
+    write_report_file(run_dir / "epochs.md", epochs_markdown(report))

@@ -5,6 +5,7 @@ below the first page, or at rank 500?): the measurement the paper names as missi
 from __future__ import annotations
 
 import csv
+import io
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel
 
 from piserini_ray.data import Benchmark
 from piserini_ray.records import QueryRecord, RankingLog
+from piserini_ray.report._format import png
+from piserini_ray.store.report_files import write_report_file
 
 BINS = (
     (1, 5),
@@ -72,11 +75,12 @@ def _bin(rank: int) -> str:
 
 
 def write_evidence_ranks(rows: list[DocRank], folder: Path) -> Path:
-    with open(folder / "evidence_ranks.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["query_id", "docid", "kind", "best_rank", "previewed", "opened"])
-        for r in rows:
-            writer.writerow([r.query_id, r.docid, r.kind, r.best_rank, r.previewed, r.opened])
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(["query_id", "docid", "kind", "best_rank", "previewed", "opened"])
+    for r in rows:
+        writer.writerow([r.query_id, r.docid, r.kind, r.best_rank, r.previewed, r.opened])
+    write_report_file(folder / "evidence_ranks.csv", table.getvalue())
     unseen = [r for r in rows if r.kind == "evidence" and r.best_rank and not r.previewed]
     counts = Counter(_bin(r.best_rank) for r in unseen if r.best_rank)
     labels = [f"{low}-{high}" for low, high in BINS]
@@ -95,7 +99,7 @@ def write_evidence_ranks(rows: list[DocRank], folder: Path) -> Path:
         "|---|---:|",
         *[f"| {label} | {counts.get(label, 0)} |" for label in labels],
     ]
-    (folder / "evidence_ranks.md").write_text("\n".join(lines) + "\n")
+    write_report_file(folder / "evidence_ranks.md", "\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(labels, [counts.get(label, 0) for label in labels])
     ax.set_xlabel("best rank in any cached ranking")
@@ -103,6 +107,6 @@ def write_evidence_ranks(rows: list[DocRank], folder: Path) -> Path:
     ax.set_title("Surfaced but never previewed evidence: how deep?")
     plt.setp(ax.get_xticklabels(), rotation=45)
     fig.tight_layout()
-    fig.savefig(folder / "evidence_ranks.png", dpi=110)
+    write_report_file(folder / "evidence_ranks.png", png(fig), binary=True)
     plt.close(fig)
     return folder / "evidence_ranks.md"

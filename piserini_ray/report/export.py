@@ -15,6 +15,7 @@ import orjson
 from piserini_ray.data import Benchmark, Qrels
 from piserini_ray.metrics.recall import DOC_SETS
 from piserini_ray.records import Judgement, QueryRecord, RankingLog
+from piserini_ray.store.report_files import write_report_file
 
 
 def document_sets(record: QueryRecord) -> dict[str, list[str]]:
@@ -117,12 +118,14 @@ def export_browsecomp_plus(
     paths = []
     for n, record in enumerate(records, start=1):
         path = out / run_file_name(record.query_id, n)
-        path.write_bytes(orjson.dumps(browsecomp_plus_run(record), option=orjson.OPT_INDENT_2))
+        write_report_file(
+            path, orjson.dumps(browsecomp_plus_run(record), option=orjson.OPT_INDENT_2)
+        )
         paths.append(path)
     if evidence is not None:
         summary = evaluation_summary(records, judgements or {}, evidence, retriever)
         path = out / "evaluation_summary.json"
-        path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        write_report_file(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
         paths.append(path)
     return paths
 
@@ -274,7 +277,7 @@ def pi_serini_run(record: QueryRecord, question: str | None) -> dict[str, Any]:
 def _write_qrels(qrels: Qrels, path: Path) -> str:
     """The qrels file, and its name as the manifest gives it (relative to the folder)."""
     lines = [f"{q} 0 {d} {rel}" for q, docs in sorted(qrels.items()) for d, rel in docs.items()]
-    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    write_report_file(path, "\n".join(lines) + ("\n" if lines else ""))
     return path.name
 
 
@@ -300,20 +303,21 @@ def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path
         name = f"{record.query_id}.json" if numeric else f"{n}.json"
         query = questions.get(record.query_id)
         run = pi_serini_run(record, query.query if query else None)
-        (out / name).write_bytes(orjson.dumps(run, option=orjson.OPT_INDENT_2))
+        write_report_file(out / name, orjson.dumps(run, option=orjson.OPT_INDENT_2))
         paths.append(out / name)
         names.append(f"{name}\t{record.query_id}")
-    (out / "files.tsv").write_text("file\tquery_id\n" + "\n".join(names) + "\n")
+    write_report_file(out / "files.tsv", "file\tquery_id\n" + "\n".join(names) + "\n")
     wanted = [questions[r.query_id] for r in records if r.query_id in questions]
     truth = out / "ground_truth.jsonl"
-    truth.write_bytes(
+    write_report_file(
+        truth,
         b"".join(
             orjson.dumps({"query_id": q.query_id, "query": q.query, "answer": q.answer}) + b"\n"
             for q in wanted
-        )
+        ),
     )
-    (out / "queries.tsv").write_text(
-        "".join(f"{q.query_id}\t{' '.join(q.query.split())}\n" for q in wanted)
+    write_report_file(
+        out / "queries.tsv", "".join(f"{q.query_id}\t{' '.join(q.query.split())}\n" for q in wanted)
     )
     ids = [q.query_id for q in wanted]
 
@@ -332,8 +336,8 @@ def export_pi_serini(records: list[QueryRecord], benchmark: Benchmark, out: Path
         "secondary_qrels_path": _write_qrels(of_run(benchmark.gold), out / "qrel_gold.txt"),
         "ground_truth_path": truth.name,
     }
-    (out / "benchmark_manifest_snapshot.json").write_bytes(
-        orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+    write_report_file(
+        out / "benchmark_manifest_snapshot.json", orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
     )
     return paths
 
@@ -367,5 +371,4 @@ def write_trec(ranked: dict[str, list[str]], path: Path, tag: str) -> Path:
         for qid, docids in ranked.items()
         for rank, docid in enumerate(docids, start=1)
     ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_report_file(path, "\n".join(lines) + "\n")

@@ -17,6 +17,7 @@ from piserini_ray.report.plots import (
     plot_tools,
 )
 from piserini_ray.report.viewer import VIEWER_HTML
+from piserini_ray.store.report_files import write_report_file
 
 # After load, the page records how many plots rendered (tests read it with headless Chromium).
 _CHECK = """<script>
@@ -99,6 +100,4 @@ dt{{font-weight:bold}}</style>
 {VIEWER_HTML if viewer else ""}
 </body></html>
 """
-    path = folder / "report.html"
-    path.write_text(page)
-    return path
+    return write_report_file(folder / "report.html", page)

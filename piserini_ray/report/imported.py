@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from piserini_ray.store.report_files import write_report_file
+
 FILE = "imported.json"
 
 
@@ -51,9 +53,7 @@ class ImportedRun(BaseModel):
 
 
 def write_imported(run_dir: Path, run: ImportedRun) -> Path:
-    path = Path(run_dir) / FILE
-    path.write_text(run.model_dump_json(indent=2) + "\n")
-    return path
+    return write_report_file(Path(run_dir) / FILE, run.model_dump_json(indent=2) + "\n")
 
 
 def read_imported(run_dir: Path) -> ImportedRun | None:

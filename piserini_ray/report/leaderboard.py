@@ -18,6 +18,7 @@ from piserini_ray.metrics.paired import holm
 from piserini_ray.metrics.power import ALPHA
 from piserini_ray.report.metrics import Estimate, RunMetrics
 from piserini_ray.report.paired import RunFacts, compare_runs
+from piserini_ray.store.report_files import write_report_file
 
 #: The recall columns: macro evidence recall of these document sets.
 RECALLS = ("surfaced", "previewed", "behavior")
@@ -246,7 +247,7 @@ def write_leaderboard(board: Leaderboard, folder: Path) -> list[Path]:
     """`leaderboard.md`, `leaderboard.html` and `leaderboard.json` in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"leaderboard.{ext}" for ext in ("md", "html", "json")]
-    paths[0].write_text(leaderboard_markdown(board))
-    paths[1].write_text(leaderboard_html(board))
-    paths[2].write_text(board.model_dump_json(indent=2))
+    write_report_file(paths[0], leaderboard_markdown(board))
+    write_report_file(paths[1], leaderboard_html(board))
+    write_report_file(paths[2], board.model_dump_json(indent=2))
     return paths

@@ -12,7 +12,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a cluster node or in CI
 import matplotlib.pyplot as plt
 
+from piserini_ray.report._format import png
 from piserini_ray.report.metrics import RunMetrics
+from piserini_ray.store.report_files import write_report_file
 
 
 def _policy(m: RunMetrics) -> str:
@@ -34,7 +36,7 @@ def _finish(fig: plt.Figure, ax: plt.Axes, path: Path, title: str, legend: dict 
     if legend is not None and ax.get_legend_handles_labels()[0]:
         ax.legend(**legend)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_report_file(path, png(fig), binary=True)
     plt.close(fig)
     return path
 
@@ -75,7 +77,7 @@ def plot_pareto(runs: Sequence[RunMetrics], path: Path) -> Path:
     ax.set_title("Accuracy vs cost")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_report_file(path, png(fig), binary=True)
     plt.close(fig)
     return path
 

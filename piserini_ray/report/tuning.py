@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from piserini_ray.report._format import png
+from piserini_ray.store.report_files import write_report_file
 from piserini_ray.tuning import (
     OBJECTIVES,
     PYSERINI_DEFAULT,
@@ -24,11 +27,12 @@ def write_grid_outputs(cells: Sequence[CellResult], objective: str, folder: Path
     best = best_cell(cells, objective)
     columns = sorted({m for c in cells for m in c.metrics})
     ordered = sorted(cells, key=lambda c: (c.k1, c.b))
-    with open(folder / "grid.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["k1", "b", "queries", *columns])
-        for c in ordered:
-            writer.writerow([c.k1, c.b, c.queries, *(c.metrics.get(m) for m in columns)])
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(["k1", "b", "queries", *columns])
+    for c in ordered:
+        writer.writerow([c.k1, c.b, c.queries, *(c.metrics.get(m) for m in columns)])
+    write_report_file(folder / "grid.csv", table.getvalue())
     shown = [o for o in OBJECTIVES]
     lines = [
         f"# BM25 grid ({len(cells)} cells, objective {objective})",
@@ -45,10 +49,11 @@ def write_grid_outputs(cells: Sequence[CellResult], objective: str, folder: Path
             + " | ".join(_pct(c.metrics.get(o)) for o in shown)
             + " |"
         )
-    (folder / "grid.md").write_text("\n".join(lines) + "\n")
-    (folder / "best.yaml").write_text(
+    write_report_file(folder / "grid.md", "\n".join(lines) + "\n")
+    write_report_file(
+        folder / "best.yaml",
         f"# best of the grid by {objective} = {_pct(best.metrics[objective])}\n"
-        f"retrieval:\n  bm25: {{k1: {best.k1:g}, b: {best.b:g}}}\n"
+        f"retrieval:\n  bm25: {{k1: {best.k1:g}, b: {best.b:g}}}\n",
     )
     _heatmap(cells, objective, best, folder / "heatmap.png")
     return best
@@ -91,7 +96,7 @@ def _heatmap(cells: Sequence[CellResult], objective: str, best: CellResult, path
     )
     ax.set_title(f"BM25 grid: {objective} (× pyserini default, ★ best)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_report_file(path, png(fig), binary=True)
     plt.close(fig)
 
 

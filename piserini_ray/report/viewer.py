@@ -12,7 +12,6 @@ gold document, its rank in each search and whether it was surfaced, previewed, o
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from piserini_ray.data import Benchmark, Query
 from piserini_ray.metrics.cost import Price
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.report.facts import QueryFacts
+from piserini_ray.store.report_files import fresh_report_folder, write_report_file
 from piserini_ray.tools.spill import safe_component
 
 TIERS = ("surfaced", "previewed", "opened", "cited")
@@ -50,8 +50,8 @@ class ViewerWriter:
 
     def __init__(self, run_dir: Path, benchmark: Benchmark, judgements: Mapping[str, Judgement]):
         self.folder = run_dir / "viewer"
-        shutil.rmtree(self.folder, ignore_errors=True)  # a report is rewritten whole
-        (self.folder / "q").mkdir(parents=True)
+        fresh_report_folder(self.folder)  # a report is rewritten whole
+        (self.folder / "q").mkdir()
         self.queries: dict[str, Query] = {q.query_id: q for q in benchmark.queries}
         self.benchmark = benchmark
         self.judgements = judgements
@@ -103,7 +103,7 @@ class ViewerWriter:
         }
         self.extra[record.query_id] = {"turns": turns, "steered": steered, "wall": wall}
         payload = orjson.dumps(data).decode()
-        (self.folder / "q" / name).write_text(f"window.piseriniQuery({payload});\n")
+        write_report_file(self.folder / "q" / name, f"window.piseriniQuery({payload});\n")
 
     def _turn(self, record: QueryRecord, turn: dict[str, Any]) -> dict[str, Any]:
         spill = f"spill/{safe_component(record.query_id)}/"
@@ -169,8 +169,7 @@ class ViewerWriter:
                 }
             )
         path = self.folder / "index.js"
-        path.write_text(f"window.piseriniRows = {orjson.dumps(rows).decode()};\n")
-        return path
+        return write_report_file(path, f"window.piseriniRows = {orjson.dumps(rows).decode()};\n")
 
 
 #: The viewer's page part: a table of queries and a panel for the opened one. Data are set

@@ -1,7 +1,8 @@
 """The writer of the files the commands produce besides a run's own reports: a paired
 comparison (`compare --out`), the no-LLM floor of the backends (`retrieval-eval --out`,
 `tune-bm25 --backends`), a cost and makespan estimate (`estimate`) and one saved record
-(`ask --save`). The command line only prints: every file it leaves goes through here.
+(`ask --save`). The command line only prints: every file it leaves goes through here, and
+from here through the store's one report writer (`store/report_files.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from piserini_ray.estimate import Estimate
 from piserini_ray.records import QueryRecord
 from piserini_ray.report.export import write_trec
 from piserini_ray.report.paired import PairedComparison
+from piserini_ray.store.report_files import write_report_file
 from piserini_ray.tuning import BackendScores
 
 
@@ -28,19 +30,16 @@ def write_comparison(
 ) -> tuple[Path, Path]:
     """`compare.md` (the paired table, `table`) and `compare.json` (every comparison) in `out`,
     created if missing; their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    markdown, data = out / "compare.md", out / "compare.json"
-    markdown.write_text(table)
-    data.write_bytes(_json([c.model_dump(mode="json") for c in comparisons]))
+    markdown = write_report_file(out / "compare.md", table)
+    data = write_report_file(
+        out / "compare.json", _json([c.model_dump(mode="json") for c in comparisons])
+    )
     return markdown, data
 
 
 def write_backends_table(table: str, out: Path) -> Path:
     """`backends.md` in `out` (beside a BM25 grid's outputs): every backend's floor."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "backends.md"
-    path.write_text(table + "\n")
-    return path
+    return write_report_file(out / "backends.md", table + "\n")
 
 
 def write_retrieval_eval(
@@ -55,18 +54,15 @@ def write_retrieval_eval(
         tag = f"bm25-k1={bm25.k1:g}-b={bm25.b:g}" if r.backend == "bm25" else r.backend
         paths.append(write_trec(r.rankings, out / f"run.{r.backend}.trec", tag))
     scores = out / "retrieval_eval.json"
-    scores.write_bytes(_json({r.backend: r.metrics for r in results}))
+    write_report_file(scores, _json({r.backend: r.metrics for r in results}))
     return [*paths, scores]
 
 
 def write_estimate(estimate: Estimate, run_dir: Path) -> Path:
     """`estimate.json` in the run directory of the pilot it projects from."""
-    path = run_dir / "estimate.json"
-    path.write_text(estimate.model_dump_json(indent=2))
-    return path
+    return write_report_file(run_dir / "estimate.json", estimate.model_dump_json(indent=2))
 
 
 def write_record(record: QueryRecord, path: Path) -> Path:
     """One record as indented JSON at `path` (`ask --save`)."""
-    path.write_text(record.model_dump_json(indent=2))
-    return path
+    return write_report_file(path, record.model_dump_json(indent=2))
