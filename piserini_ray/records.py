@@ -1,6 +1,6 @@
-"""Record schemas of a run (SPEC §5, §6): what the agent, the judge and the reports exchange and
-what the run directory holds. Pydantic only, so that every layer can import them cheaply (no
-litellm, no Ray, no pyserini)."""
+"""Record schemas of a run (docs/spec.md §5, §6): what the agent, the judge and the reports
+exchange and what the run directory holds. Pydantic only, so that every layer can import them
+cheaply (no litellm, no Ray, no pyserini)."""
 
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ class QueryRecord(BaseModel):
 
 
 class Judgement(BaseModel):
-    """One judge model's verdict on one query (SPEC §6), written once per (query, judge): a
+    """One judge model's verdict on one query (docs/spec.md §6), written once per (query, judge): a
     line of the run directory's `judgements/<judge model>.jsonl`.
 
     Args:

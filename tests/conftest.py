@@ -63,21 +63,6 @@ def finishes(function: Callable[[], T], seconds: float = 300) -> T:
     return value
 
 
-def _find_shared() -> Path:
-    """The project's shared folder (spec, data): `$PISERINI_RAY_SHARED`, else the first
-    `shared/` beside the checkout or beside one of its parents (CI lays a copy next to its
-    clone, wherever that is)."""
-    if os.environ.get("PISERINI_RAY_SHARED"):
-        return Path(os.environ["PISERINI_RAY_SHARED"])
-    for folder in Path(__file__).resolve().parents[1:]:
-        if (folder / "shared" / "data").is_dir():
-            return folder / "shared"
-    return Path(__file__).resolve().parents[2] / "shared"
-
-
-SHARED = _find_shared()
-
-
 def assert_golden(name: str, text: str) -> None:
     """Compare with tests/golden/NAME; `UPDATE_GOLDEN=1 pytest` rewrites the files."""
     path = GOLDEN / name

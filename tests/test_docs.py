@@ -169,3 +169,50 @@ def test_the_records_page_documents_every_field_of_the_record_files(site: Path) 
                     undescribed.append(f"{model.__name__}.{field}")
     assert len(seen) > 10  # the walk reached the nested models (Turn, Usage, Estimate, ...)
     assert not undescribed, f"record fields without a description: {undescribed}"
+
+
+#: What would send a reader outside the repository: the shared folder the project grew up
+#: beside (its spec, data and CRDs), or the spec's old section citations.
+OUTSIDE = re.compile(
+    r"SPEC §|SPEC\.md|ARCHITECTURE\.md|shared/spec|shared/data|shared/k8s|\.\./shared|"
+    r"/work/shared|PISERINI_RAY_SHARED|shared `spec/`"
+)
+#: Where a reader (or a test) could be sent: the docs, the code, the tests, the configs.
+SOURCES = ("README.md", "mkdocs.yml", "Makefile", "pyproject.toml")
+FOLDERS = ("docs", "piserini_ray", "tests", "configs", "jobs", "bench")
+SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt"}
+
+
+def _texts() -> Iterator[tuple[str, str]]:
+    for name in SOURCES:
+        yield name, (ROOT / name).read_text(encoding="utf-8")
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in SUFFIXES and path.is_file() and "__pycache__" not in path.parts:
+                yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+
+
+def test_nothing_sends_a_reader_outside_the_repository() -> None:
+    found = [
+        f"{name}:{n}: {line.strip()}"
+        for name, text in _texts()
+        if name != "tests/test_docs.py"
+        for n, line in enumerate(text.splitlines(), start=1)
+        if OUTSIDE.search(line)
+    ]
+    assert not found, "references outside the repository:\n" + "\n".join(found)
+
+
+def test_every_citation_of_the_spec_names_one_of_its_sections() -> None:
+    spec = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^##+ [^{]*\{#(s[0-9-]+)\}", spec, re.MULTILINE))
+    assert {f"s{n}" for n in range(1, 16)} <= sections
+    cited = []
+    for name, text in _texts():
+        for number in re.findall(r"docs/spec\.md §(\d+)", text):
+            cited.append((name, f"s{number}"))
+        for anchor in re.findall(r"spec\.md#(s[0-9-]+)", text):
+            cited.append((name, anchor))
+    assert len(cited) > 30  # the code and the guides cite it
+    unknown = [f"{name}: {anchor}" for name, anchor in cited if anchor not in sections]
+    assert not unknown, f"citations of sections the spec does not have: {unknown}"

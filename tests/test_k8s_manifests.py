@@ -1,9 +1,10 @@
 """The KubeRay manifests of `jobs/k8s/` as Kubernetes would take them, and what they promise.
 
-- Each `spec` is valid against KubeRay's own CRD schema (the `v1` OpenAPI v3 schema in the
-  shared folder's `k8s/`), read as the API server reads a structural schema: a field that an
-  object's schema does not name is an error (`additionalProperties: false` for every object
-  without `x-kubernetes-preserve-unknown-fields`), `nullable` allows null, and the entries of a
+- Each `spec` is valid against KubeRay's own CRD schema (the `v1` OpenAPI v3 schema of the
+  CRDs in `tests/fixtures/kuberay/`, with their origin and licence), read as the API server
+  reads a structural schema: a field that an object's schema does not name is an error
+  (`additionalProperties: false` for every object without
+  `x-kubernetes-preserve-unknown-fields`), `nullable` allows null, and the entries of a
   `x-kubernetes-list-type: map` list are unique by their keys (of a `set`, unique). The CEL
   rules (`x-kubernetes-validations`) are not evaluated: no field the manifests set has one.
 - Every `piserini-ray SUBCOMMAND --flag` written anywhere in `jobs/k8s/` parses with the
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gzip
+import hashlib
 import io
 import json
-import os
 import re
 import shlex
 import tomllib
@@ -33,13 +35,13 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import SHARED
+from conftest import FIXTURES
 
 from piserini_ray.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "jobs" / "k8s"
-CRDS = SHARED / "k8s"
+CRDS = FIXTURES / "kuberay"
 CRD_FILES = {"RayJob": "ray.io_rayjobs.yaml", "RayCluster": "ray.io_rayclusters.yaml"}
 TOKEN_SECRET = "piserini-ray-auth"
 KEYS_SECRET = "piserini-ray-keys"
@@ -109,10 +111,23 @@ StrictValidator = jsonschema.validators.extend(
 
 def crd_spec_schema(kind: str) -> dict[str, Any]:
     """The `spec` schema of `kind` in KubeRay's CRD, version v1, as published."""
-    crd = yaml.load((CRDS / CRD_FILES[kind]).read_text(), Loader=Loader)
+    crd = yaml.load(_crd_text(kind), Loader=Loader)
     assert crd["spec"]["names"]["kind"] == kind
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return v1["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _crd_text(kind: str) -> str:
+    return gzip.decompress((CRDS / f"{CRD_FILES[kind]}.gz").read_bytes()).decode()
+
+
+def test_the_crds_are_kuberays_as_published() -> None:
+    """The vendored CRDs are the files SOURCE.md names, byte for byte (its SHA-256s)."""
+    source = (CRDS / "SOURCE.md").read_text()
+    assert "Apache License 2.0" in source and "ray-project/kuberay" in source
+    for kind, name in CRD_FILES.items():
+        digest = hashlib.sha256(_crd_text(kind).encode()).hexdigest()
+        assert f"`{name}`: `{digest}`" in source, f"{name} differs from the file SOURCE.md names"
 
 
 def errors(validator: Any, spec: dict[str, Any]) -> list[str]:
@@ -137,10 +152,6 @@ def cel_fields(schema: dict[str, Any], instance: Any, path: str = "spec") -> Ite
 
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, dict[str, Any]]:
-    if not CRDS.is_dir():
-        # Only a checkout without the project's shared folder may skip; CI always has it.
-        assert not os.environ.get("CI"), f"CI must have the KubeRay CRDs, not found at {CRDS}"
-        pytest.skip(f"KubeRay's CRD schemas are not at {CRDS} (the shared folder's k8s/)")
     return {kind: crd_spec_schema(kind) for kind in CRD_FILES}
 
 

@@ -1,4 +1,4 @@
-"""The ReAct agent: prompt, answer parsing, budget clock and the loop (SPEC §4)."""
+"""The ReAct agent: prompt, answer parsing, budget clock and the loop (docs/spec.md §4)."""
 
 from piserini_ray.agent.answer import ParsedAnswer, parse_final_answer
 from piserini_ray.agent.budget import BudgetClock

@@ -1,4 +1,4 @@
-"""Parsing the agent's final answer (SPEC §4: Explanation / Exact Answer / Confidence)."""
+"""Parsing the agent's final answer (docs/spec.md §4: Explanation / Exact Answer / Confidence)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def parse_final_answer(
         return ParsedAnswer()
     exact = _EXACT.search(text)
     explanation = _EXPLANATION.search(text)
-    # SPEC §7: the *last* confidence line counts (an answer may restate it), its sign kept
+    # docs/spec.md §7: the *last* confidence line counts (an answer may restate it), its sign kept
     # before the clamp (`-5%` is 0, not 5).
     confidence = None
     lines = _CONFIDENCE.findall(text)

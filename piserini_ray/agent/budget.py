@@ -1,4 +1,4 @@
-"""The per-query budget clock (SPEC §4).
+"""The per-query budget clock (docs/spec.md §4).
 
 `charged` time is what the budget counts: in `working` mode, wall time minus the time spent
 waiting on the rate limiter or sleeping in back-off; in `wall` mode, plain wall time. Waits are

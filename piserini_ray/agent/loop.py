@@ -1,4 +1,4 @@
-"""The ReAct loop for one query under its time budget (SPEC §4).
+"""The ReAct loop for one query under its time budget (docs/spec.md §4).
 
 The loop alternates model calls and tool calls over an append-only message history. A watchdog
 runs beside it on the budget clock: at floor(0.7 T) of charged time it blocks the tools (from
@@ -69,10 +69,10 @@ def ending_of(
     max_iterations: int,
     scrub: Callable[[str], str] = lambda text: text,
 ) -> Ending:
-    """The status mapping (SPEC §4), a pure function of how the loop stopped: the budget first,
-    then the loop's own exception (None: it answered). Raises instead of ending the query for
-    what is not the query's fault: an `InfrastructureError` (no record; it runs again) and a
-    refusal of the whole run (`ProviderRefused`: every query would fail alike)."""
+    """The status mapping (docs/spec.md §4), a pure function of how the loop stopped: the
+    budget first, then the loop's own exception (None: it answered). Raises instead of ending
+    the query for what is not the query's fault: an `InfrastructureError` (no record; it runs
+    again) and a refusal of the whole run (`ProviderRefused`: every query would fail alike)."""
     if budget_ran_out:
         return Ending("timeout", "budget")
     if exc is None:
@@ -91,8 +91,8 @@ def ending_of(
 
 @dataclass(frozen=True)
 class ToolEvidence:
-    """What the tools saw during a query, in the order they saw it (SPEC §5's document sets),
-    with every search's ranking and the spilled outputs."""
+    """What the tools saw during a query, in the order they saw it (the document sets of
+    docs/spec.md §5), with every search's ranking and the spilled outputs."""
 
     surfaced: list[str]
     previewed: list[str]

@@ -11,7 +11,7 @@ from piserini_ray.config.base import StrictModel
 
 
 class ToolsConfig(StrictModel):
-    """Paging, caching, excerpt and spill limits of the three tools (SPEC §3)."""
+    """Paging, caching, excerpt and spill limits of the three tools (docs/spec.md §3)."""
 
     IDENTITY = (
         "first_page",
@@ -48,7 +48,7 @@ class ToolsConfig(StrictModel):
 
 
 class AgentConfig(StrictModel):
-    """The ReAct loop's budget and termination policy (SPEC §4)."""
+    """The ReAct loop's budget and termination policy (docs/spec.md §4)."""
 
     IDENTITY = ("budget_seconds", "steer_fraction", "budget_clock", "termination", "max_iterations")
     NOT_IDENTITY = ()

@@ -13,7 +13,7 @@ from piserini_ray.config.base import StrictModel
 
 
 class BenchmarkConfig(StrictModel):
-    """Which benchmark to load and from where (SPEC §1)."""
+    """Which benchmark to load and from where (docs/spec.md §1)."""
 
     IDENTITY = (
         "source",

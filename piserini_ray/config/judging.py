@@ -16,7 +16,7 @@ OFFLINE_JUDGE = "offline/exact-match-judge"
 
 
 class JudgeConfig(StrictModel):
-    """The LLM judge of SPEC §6. `model: null` picks the default: the offline exact-match
+    """The LLM judge of docs/spec.md §6. `model: null` picks the default: the offline exact-match
     judge for the embedded sample or an offline model, `gpt-5.3-codex` (low reasoning effort)
     otherwise."""
 
@@ -45,9 +45,10 @@ class JudgeConfig(StrictModel):
     seed: int = 0  # bootstrap intervals of the report
     #: How often a judge at `service_tier: batch` asks whether its batch has finished.
     batch_poll_seconds: float = Field(30.0, gt=0)
-    #: The judge's prompt and reply format: ours (JSON, SPEC §6), or BrowseComp-Plus's grader
-    #: verbatim, its reply parsed as their evaluate_run.py parses it (`judge.py`). Each verdict
-    #: records its template; a verdict already given is not judged again when this changes.
+    #: The judge's prompt and reply format: ours (JSON, docs/spec.md §6), or BrowseComp-Plus's
+    #: grader verbatim, its reply parsed as their evaluate_run.py parses it (`judge.py`). Each
+    #: verdict records its template; a verdict already given is not judged again when this
+    #: changes.
     template: Literal["piserini", "browsecomp-plus"] = "piserini"
 
     @model_validator(mode="after")
@@ -64,8 +65,9 @@ class JudgeConfig(StrictModel):
 
 
 class PricingConfig(StrictModel):
-    """Where prices come from (SPEC §8). A model missing from the table stops a run before any
-    work, unless `allow_litellm_prices` lets litellm's price map fill in (the report says so)."""
+    """Where prices come from (docs/spec.md §8). A model missing from the table stops a run
+    before any work, unless `allow_litellm_prices` lets litellm's price map fill in (the report
+    says so)."""
 
     # Not identity: what a run costs, not what it answers.
     IDENTITY = ()

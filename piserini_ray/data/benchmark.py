@@ -1,4 +1,5 @@
-"""The benchmark model: queries, evidence and gold qrels, and a streamed corpus (SPEC §1)."""
+"""The benchmark model: queries, evidence and gold qrels, and a streamed corpus
+(docs/spec.md §1)."""
 
 from __future__ import annotations
 

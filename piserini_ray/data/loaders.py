@@ -1,5 +1,5 @@
-"""Loaders for the three benchmark sources of SPEC §1: plain JSONL + TREC qrels, BrowseComp-Plus
-from local files, and the embedded MuSiQue sample.
+"""Loaders for the three benchmark sources of docs/spec.md §1: plain JSONL + TREC qrels,
+BrowseComp-Plus from local files, and the embedded MuSiQue sample.
 
 Every malformed input raises `DataError` naming the file, the line and the problem.
 """

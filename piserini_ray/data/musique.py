@@ -1,7 +1,9 @@
-"""Convert the MuSiQue sample of `shared/data/musique/` into the project's JSONL layout.
+"""Convert the MuSiQue source (`qa_train.json`, `train_corpus.json`: gzipped with their origin
+and licence in `tests/fixtures/musique/`) into the project's JSONL layout.
 
-Run once to regenerate the embedded sample (`python -m piserini_ray.data.musique SRC OUT`); the
-output is committed under `piserini_ray/data/sample/`. Document ids are content hashes, so the
+Run once to regenerate the embedded sample (`python -m piserini_ray.data.musique SRC OUT`, SRC
+a folder holding the two files unzipped); the output is committed under
+`piserini_ray/data/sample/`. Document ids are content hashes, so the
 same paragraph gets the same id on every machine and in every run.
 
 Evidence = the question's supporting paragraphs; gold = the supporting paragraphs whose text

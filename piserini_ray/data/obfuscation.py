@@ -1,4 +1,4 @@
-"""BrowseComp-Plus field obfuscation (SPEC §1).
+"""BrowseComp-Plus field obfuscation (docs/spec.md §1).
 
 A field is base64(plaintext XOR key), where key is the SHA-256 digest of the dataset's canary
 string repeated to the ciphertext's length. XOR is its own inverse, so `obfuscate` exists for

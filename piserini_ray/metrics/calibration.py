@@ -1,4 +1,4 @@
-"""Calibration error (SPEC §7), RMS over bins of about 100 records, in two named conventions
+"""Calibration error (docs/spec.md §7), RMS over bins of about 100 records, in two named conventions
 that are never mixed: every reported number says which one it used.
 
 Written by hand because the conventions are the point: the `browsecomp-plus` one reproduces

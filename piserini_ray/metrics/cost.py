@@ -1,4 +1,4 @@
-"""USD cost of token usage from a pricing table (SPEC §8): uncached input = input − cached.
+"""USD cost of token usage from a pricing table (docs/spec.md §8): uncached input = input − cached.
 
 Input counts the prompts of calls cut at the budget or failed after they were sent too (their
 `Usage.estimated_input_tokens`, counted locally since no provider reported them): the provider

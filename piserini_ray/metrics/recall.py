@@ -1,4 +1,4 @@
-"""Recall of the documents a run touched, against evidence and gold qrels (SPEC §7).
+"""Recall of the documents a run touched, against evidence and gold qrels (docs/spec.md §7).
 
 Sets: surfaced (every hit of every cached ranking), previewed (shown on a page), opened (read),
 cited (in the final answer), behavior (opened or cited). Macro = mean over queries whose qrels

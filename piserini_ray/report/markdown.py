@@ -11,7 +11,7 @@ from piserini_ray.report.imported import imported_lines
 from piserini_ray.report.metrics import Estimate, RunMetrics
 from piserini_ray.report.panel import panel_markdown
 
-#: The paper's BrowseComp-Plus results (SPEC §9), shown beside ours and labelled as such.
+#: The paper's BrowseComp-Plus results (docs/spec.md §9), shown beside ours and labelled as such.
 PAPER_ROWS = [
     ("gpt-5.5 (paper)", "83.1", "94.7", "73.6", "58.9", "15.7", "$291.6"),
     ("gpt-5 (paper)", "74.6", "", "", "", "", "$94.9"),

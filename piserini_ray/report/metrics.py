@@ -1,4 +1,4 @@
-"""Every figure of a run, from its records, rankings and one judge's verdicts (SPEC §7).
+"""Every figure of a run, from its records, rankings and one judge's verdicts (docs/spec.md §7).
 
 Each figure carries what it needs to be read right: the judge that produced it, the
 calibration convention, the config hash and the number of queries it covers. Plain functions:
@@ -51,17 +51,17 @@ class RecallFigures(BaseModel):
 CONVENTION_NOTES = {
     "accuracy": "correct / all queries (timeouts and failures are wrong); a judge failure is "
     "neither right nor wrong: accuracy_final is false and accuracy_judged = correct / judged "
-    "stands beside it (SPEC §7)",
+    "stands beside it (docs/spec.md §7)",
     "calibration.piserini": "completed queries with a verdict; the agent's last 'Confidence:' "
     "line, sign kept, clamped to 0-100 (100 when missing); stable sort; consecutive bins of "
-    "100, the last holding the rest; every bin summed (SPEC §7)",
+    "100, the last holding the rest; every bin summed (docs/spec.md §7)",
     "calibration.browsecomp-plus": "the queries their evaluator judges (completed, with a "
     "response) that have a verdict; the agent's stated confidence, as their grader's "
     "`confidence` field extracts it from the response (our parsed 'Confidence:' value, 100 when "
     "missing; under judge.template browsecomp-plus the judge's extracted value, as their "
     "evaluate_run.py); bins of 100, the last stretched to the end and left out of the sum; "
     "undefined under 200; stable sort (their numpy sort is not: with tied confidences the two "
-    "may differ) (SPEC §7)",
+    "may differ) (docs/spec.md §7)",
     "judge_calibration": "not a peer's convention: the judge's confidence in its own verdict "
     "against agreement with a second judge (or with the panel's majority), over the answers "
     "both judged by reading them; RMS over consecutive bins of 100, every bin; n/a without a "
@@ -112,7 +112,7 @@ class RunMetrics(BaseModel):
     queries: int  # the run's queries (its slice)
     statuses: dict[str, int]  # queries by status: completed, timeout, failed
     judge_failed: int  # queries whose judge failed (judged again by the next `judge`)
-    #: correct / all queries of the run (timeouts and failures are wrong; SPEC §7).
+    #: correct / all queries of the run (timeouts and failures are wrong; docs/spec.md §7).
     accuracy: Estimate
     #: correct / the queries with a verdict: beside `accuracy` while verdicts are missing.
     accuracy_judged: Estimate | None = None

@@ -1,4 +1,4 @@
-"""The agent's three tools (search, read_search_results, read_document), SPEC §3."""
+"""The agent's three tools (search, read_search_results, read_document), docs/spec.md §3."""
 
 from piserini_ray.tools.schemas import tool_schemas
 from piserini_ray.tools.session import BLOCKED_MESSAGE, TOOL_NAMES, Backend, ToolResult, ToolSession

@@ -1,4 +1,4 @@
-"""Excerpts of a document around the first query token (SPEC §3, "Hit layout")."""
+"""Excerpts of a document around the first query token (docs/spec.md §3, "Hit layout")."""
 
 from __future__ import annotations
 

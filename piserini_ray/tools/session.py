@@ -1,4 +1,4 @@
-"""The three tools of SPEC §3 over one query's session.
+"""The three tools of docs/spec.md §3 over one query's session.
 
 A `ToolSession` belongs to one query: it caches that query's rankings (`s1`, `s2`, ...; at most
 `cache_size`, oldest evicted first), keeps the full text of over-long outputs for the spill files,

@@ -1,4 +1,4 @@
-"""Spill files: the full text of a tool output too long to show the agent (SPEC §3)."""
+"""Spill files: the full text of a tool output too long to show the agent (docs/spec.md §3)."""
 
 from __future__ import annotations
 

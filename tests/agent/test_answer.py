@@ -11,7 +11,7 @@ from piserini_ray.agent.answer import parse_final_answer
         ("explanation: x\nexact answer: Paris\nconfidence: 85", "Paris", 85, False),
         ("Exact Answer: **Paris**\nConfidence: 62.5 %", "Paris", 62.5, False),
         ("- Exact_Answer: 1,000\n- Confidence: 150%", "1,000", 100, False),
-        # SPEC §7: the last confidence line counts, its sign kept before the clamp.
+        # docs/spec.md §7: the last confidence line counts, its sign kept before the clamp.
         ("Confidence: 90%\nExact Answer: Paris\nConfidence: 40%", "Paris", 40, False),
         ("Exact Answer: Paris\nConfidence: -5%", "Paris", 0, False),
         ("Exact Answer: Paris\nConfidence: high\nConfidence: 70", "Paris", 70, False),

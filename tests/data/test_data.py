@@ -1,11 +1,12 @@
-import os
+import gzip
+import hashlib
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import FIXTURES, SHARED
+from conftest import FIXTURES
 
 from piserini_ray.config import BenchmarkConfig
 from piserini_ray.data import Benchmark, load_benchmark, read_qrels, read_queries_jsonl
@@ -40,14 +41,22 @@ def test_sample_docids_are_content_hashes() -> None:
 
 
 def test_shipped_sample_is_reproducible_from_the_source(tmp_path: Path) -> None:
-    if not (SHARED / "data" / "musique").exists():
-        # Only a checkout without the project's shared folder may skip; CI always has it.
-        assert not os.environ.get("CI"), f"CI must have the shared data, not found at {SHARED}"
-        pytest.skip(f"the shared MuSiQue source is not at {SHARED}")
-    counts = convert_musique(SHARED / "data" / "musique", tmp_path)
+    """The sample converts again from its source as published (`tests/fixtures/musique/`,
+    gzipped, with its origin, licence and SHA-256s in SOURCE.md)."""
+    source = FIXTURES / "musique"
+    notes = (source / "SOURCE.md").read_text()
+    assert "CC BY 4.0" in notes and "e1012d39" in notes
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("qa_train.json", "train_corpus.json"):
+        data = gzip.decompress((source / f"{name}.gz").read_bytes())
+        assert f"`{name}`: `{hashlib.sha256(data).hexdigest()}`" in notes, name
+        (src / name).write_bytes(data)
+    out = tmp_path / "out"
+    counts = convert_musique(src, out)
     assert counts == {"queries": 100, "documents": 1890, "evidence": 237, "gold": 110}
     for name in ("queries.jsonl", "corpus.jsonl", "qrels_evidence.txt", "qrels_gold.txt"):
-        assert (tmp_path / name).read_bytes() == (sample_dir() / name).read_bytes(), name
+        assert (out / name).read_bytes() == (sample_dir() / name).read_bytes(), name
 
 
 def test_sample_ships_its_attribution() -> None:

@@ -28,6 +28,6 @@ def test_differences_with_litellms_map_are_listed(tmp_path: Path, capsys) -> Non
 
 
 def test_the_shipped_table_differs_from_litellm_only_where_the_spec_does() -> None:
-    """The table follows SPEC §8; litellm 1.106.2's map prices DeepSeek V4 otherwise."""
+    """The table follows docs/spec.md §8; litellm 1.106.2's map prices DeepSeek V4 otherwise."""
     differences = price_differences(load_pricing())
     assert {d.model for d in differences} == {"deepseek-v4-flash", "deepseek-v4-pro"}

@@ -79,7 +79,7 @@ def test_metrics_of_a_hand_made_run(tmp_path: Path) -> None:
         load_pricing(),
     )
     assert m.statuses == {"completed": 2, "timeout": 1} and m.judge_failed == 1
-    # SPEC §7: correct / all (the timeout is wrong); the judge failure is neither, so the
+    # docs/spec.md §7: correct / all (the timeout is wrong); the judge failure is neither, so the
     # accuracy is not final and correct / judged stands beside it.
     assert m.accuracy.value == pytest.approx(1 / 3) and m.accuracy.queries == 3
     assert not m.accuracy_final and m.pending_verdicts == 1
