@@ -1,4 +1,5 @@
-"""The LLM judge (SPEC §6): one verdict per query per judge model, through the same LLM client.
+"""The LLM judge (docs/spec.md §6): one verdict per query per judge model, through the same LLM
+client.
 
 Strict: a reply that is not a JSON object with `correct` (bool), `confidence` (0-100), a
 non-empty `reasoning` and a non-empty `correct_answer` is a parse error; the judge is asked
@@ -314,7 +315,8 @@ async def judge_records(
 
 
 def to_judge(records: list[QueryRecord], done: dict[str, Judgement]) -> list[QueryRecord]:
-    """Records without a verdict, or whose verdict is a judge failure (SPEC §7: judged again)."""
+    """Records without a verdict, or whose verdict is a judge failure (judged again:
+    docs/spec.md §7)."""
     return [
         r for r in records if r.query_id not in done or done[r.query_id].status == "judge_failed"
     ]

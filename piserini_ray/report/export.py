@@ -19,13 +19,14 @@ from piserini_ray.store.report_files import write_report_file
 
 
 def document_sets(record: QueryRecord) -> dict[str, list[str]]:
-    """The record's document sets (SPEC §5) that it holds: a set an imported record's format
+    """The record's document sets (docs/spec.md §5) that it holds: a set an imported record's format
     lacks is left out, so that whoever reads the export never takes it for an empty one."""
     return {name: list(getattr(record, name)) for name in DOC_SETS if record.has(name)}
 
 
 def browsecomp_plus_run(record: QueryRecord) -> dict[str, Any]:
-    """One query in the BrowseComp-Plus run format (SPEC §5), so their scripts read our runs.
+    """One query in the BrowseComp-Plus run format (docs/spec.md §5), so that their scripts
+    read our runs.
 
     `retrieved_docids` are the documents the agent was shown (previewed) or opened, the closest
     match to what their search tool returns (a record imported without those sets: its
