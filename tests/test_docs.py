@@ -216,3 +216,13 @@ def test_every_citation_of_the_spec_names_one_of_its_sections() -> None:
     assert len(cited) > 30  # the code and the guides cite it
     unknown = [f"{name}: {anchor}" for name, anchor in cited if anchor not in sections]
     assert not unknown, f"citations of sections the spec does not have: {unknown}"
+
+
+def test_the_readme_is_short_and_gives_the_two_commands() -> None:
+    """At most 200 lines: what it is, the two commands (and the fast tier), a first real run,
+    a cluster in five lines, where to go next; the rest lives in the guides."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200, f"README.md has {len(text.splitlines())} lines"
+    for needed in ("make run", "make test", "make test-fast", "## A first real run",
+                   "## A cluster in five lines", "## Where to go next"):  # fmt: skip
+        assert needed in text, f"README.md does not say {needed!r}"
