@@ -183,6 +183,17 @@ _AIOHTTP_AWAITING_REPLY = frozenset(
 )
 
 
+@dataclass
+class _Request:
+    """One logical call's request, as each of its attempts sends it."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    params: dict[str, Any]  # litellm's arguments besides the messages and the key
+    api_key: str | None
+    estimated_tokens: int  # what the limiter reserves for the prompt
+
+
 class LLMClient:
     def __init__(
         self,
@@ -310,88 +321,27 @@ class LLMClient:
         calibrated by the provider's last reported count)."""
         if self.batcher is not None:
             return await self._complete_in_batch(messages, tools, waits, response_format, trace)
-        api_key = self.api_key()
         params = self._params()
         if tools:
             params["tools"] = tools
         if response_format is not None:
             params["response_format"] = response_format
+        request = _Request(
+            messages,
+            tools,
+            params,
+            self.api_key(),
+            # Quotas count tokens before the provider does: ~4 characters a token is enough.
+            estimated_tokens or len(orjson.dumps(messages)) // 4,
+        )
         tracker = waits or _NoTracker()
-        # Quotas count tokens before the provider does: ~4 characters a token is close enough.
-        estimated_tokens = estimated_tokens or len(orjson.dumps(messages)) // 4
         call = trace if trace is not None else CallTrace()
-        failures = call.failures
-
-        def on_wait(seconds: float, failure: Failure) -> None:
-            failures.append(
-                f"{failure.kind.value}, waiting {seconds:.2f} s: "
-                + self.scrub(failure.reason)[:400]
-            )
-
-        async def sleep(seconds: float) -> None:
-            started = time.monotonic()
-            with tracker.waiting(seconds, "back-off"):
-                await asyncio.sleep(seconds)
-            call.waited_seconds += time.monotonic() - started
-
-        async def attempt() -> Any:
-            call.attempts += 1
-            ticket = ""
-            if self.limiter is not None:
-                started = time.monotonic()
-                with tracker.waiting(None, "rate limiter"):
-                    ticket = await self.limiter.acquire(
-                        estimated_tokens, self.model.max_output_tokens
-                    )
-                call.waited_seconds += time.monotonic() - started
-            started = time.monotonic()
-            failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
-            used: tuple[int, int] | None = None
-            logged: list[object] = []  # the raw reply litellm logs before parsing it
-            sent = False
-
-            def on_send() -> None:  # litellm's `pre_api_call`: the request goes out now
-                nonlocal sent
-                sent = True
-
-            try:
-                response = await litellm.acompletion(
-                    messages=messages,
-                    api_key=api_key,
-                    **params,
-                    logger_fn=_reply_log(logged, on_send),
-                )
-                failure = None
-                call.unreported = False  # its usage is the reply's (or, if none, unknown)
-                if usage_reported(response):
-                    usage = usage_from_response(response)
-                    used = (usage.input_tokens, usage.output_tokens)
-                    self.reported.note(messages, tools, usage.input_tokens)
-            except asyncio.CancelledError:
-                # Cut in flight (the budget): litellm sends within milliseconds of the call (a
-                # route's `pre_api_call` is not always reported: the Responses bridge's is not),
-                # so the provider has the request and may bill it.
-                call.unreported = True
-                raise
-            except Exception as exc:
-                if logged:  # a 200 whose body is an error object: the body decides
-                    note_reply_body(exc, logged[-1])
-                failure = classify(exc)
-                if reached_provider(exc, failure, sent):
-                    call.unreported = True
-                elif sent or failure.status is not None:  # this request was refused
-                    call.unreported = False
-                raise
-            finally:
-                call.model_seconds += time.monotonic() - started
-                if self.limiter is not None:  # also when cancelled: the slot must come back
-                    self.limiter.report(ticket, failure, used)
-            return response
-
+        on_wait = functools.partial(self._note_wait, call)
+        sleep = functools.partial(self._back_off, call, tracker)
         try:
             async for state in retrying(self.retry, on_wait, self._rng, sleep):
                 with state:
-                    response = await attempt()
+                    response = await self._attempt(request, call, tracker)
         except InfrastructureError:
             raise  # the scheduler re-runs the query; it is no failure of the call
         except asyncio.CancelledError:  # cut (the budget): the provider bills what it received
@@ -402,16 +352,81 @@ class LLMClient:
             scrubbed = dataclasses.replace(failure, reason=self.scrub(failure.reason))
             await self._estimate(call, messages, tools)
             raise RetryError(
-                scrubbed, call.attempts, failures, call.model_seconds, call.waited_seconds
+                scrubbed, call.attempts, call.failures, call.model_seconds, call.waited_seconds
             ) from None
         return _completion(
             response,
             call.model_seconds,
             call.waited_seconds,
             call.attempts,
-            failures,
+            call.failures,
             self.provider,
         )
+
+    async def _attempt(self, request: _Request, call: CallTrace, tracker: WaitTracker) -> Any:
+        """One attempt of a call: a slot from the limiter (waiting on it is recorded), the
+        request, its usage noted; whether the provider received it is left on `call` (what a
+        cut or failed call is billed for, `_estimate`). The slot goes back whatever happens."""
+        call.attempts += 1
+        ticket = ""
+        if self.limiter is not None:
+            started = time.monotonic()
+            with tracker.waiting(None, "rate limiter"):
+                ticket = await self.limiter.acquire(
+                    request.estimated_tokens, self.model.max_output_tokens
+                )
+            call.waited_seconds += time.monotonic() - started
+        started = time.monotonic()
+        failure: Failure | None = Failure(FailureKind.TRANSIENT, "cancelled")
+        used: tuple[int, int] | None = None
+        logged: list[object] = []  # the raw reply litellm logs before parsing it
+        sent: list[bool] = []  # litellm's `pre_api_call` says the request goes out now
+        try:
+            response = await litellm.acompletion(
+                messages=request.messages,
+                api_key=request.api_key,
+                **request.params,
+                logger_fn=_reply_log(logged, lambda: sent.append(True)),
+            )
+            failure = None
+            call.unreported = False  # its usage is the reply's (or, if none, unknown)
+            if usage_reported(response):
+                usage = usage_from_response(response)
+                used = (usage.input_tokens, usage.output_tokens)
+                self.reported.note(request.messages, request.tools, usage.input_tokens)
+        except asyncio.CancelledError:
+            # Cut in flight (the budget): litellm sends within milliseconds of the call (a
+            # route's `pre_api_call` is not always reported: the Responses bridge's is not),
+            # so the provider has the request and may bill it.
+            call.unreported = True
+            raise
+        except Exception as exc:
+            if logged:  # a 200 whose body is an error object: the body decides
+                note_reply_body(exc, logged[-1])
+            failure = classify(exc)
+            if reached_provider(exc, failure, bool(sent)):
+                call.unreported = True
+            elif sent or failure.status is not None:  # this request was refused
+                call.unreported = False
+            raise
+        finally:
+            call.model_seconds += time.monotonic() - started
+            if self.limiter is not None:  # also when cancelled: the slot must come back
+                self.limiter.report(ticket, failure, used)
+        return response
+
+    def _note_wait(self, call: CallTrace, seconds: float, failure: Failure) -> None:
+        """A back-off is about to start: on record first (`retrying`'s `on_wait`)."""
+        call.failures.append(
+            f"{failure.kind.value}, waiting {seconds:.2f} s: " + self.scrub(failure.reason)[:400]
+        )
+
+    async def _back_off(self, call: CallTrace, tracker: WaitTracker, seconds: float) -> None:
+        """Sleep a back-off, as waiting (never charged to a budget)."""
+        started = time.monotonic()
+        with tracker.waiting(seconds, "back-off"):
+            await asyncio.sleep(seconds)
+        call.waited_seconds += time.monotonic() - started
 
     async def _complete_in_batch(
         self,
