@@ -64,6 +64,7 @@ def run(
     retry_failed: bool = False,
     log: Log | None = None,
     on_summary: Callable[[RunSummary], None] | None = None,
+    on_report: Callable[[Report], None] | None = None,
 ) -> Path:
     """Run (or resume) an evaluation, judge its answers and write its reports: what
     `piserini-ray run` does.
@@ -84,7 +85,9 @@ def run(
         retry_failed: run every failed query again, not only those that failed through no
             fault of their own.
         log: where progress lines go (default: standard error).
-        on_summary: called with each run's `RunSummary` once its queries ran, before judging.
+        on_summary: called with each run's `RunSummary` once its queries ran, before judging
+            (`RunSummary.exit_status()` is what the command line exits with).
+        on_report: called with the `Report` once the run is judged and its reports written.
 
     Returns:
         The run directory (absolute): `records.jsonl`, the judgements, `manifest.json`,
@@ -108,13 +111,15 @@ def run(
     directory = (
         Path(run_dir) if run_dir is not None else pipeline.default_run_dir(config)
     ).absolute()
-    pipeline.run_and_report(
+    result, _status = pipeline.run_and_report(
         [(config, directory)],
         pipeline.make_engine(engine, concurrency, release_ray=True),
         log or _stderr,
         on_summary or (lambda _summary: None),
         retry_failed=retry_failed,
     )
+    if on_report is not None:
+        on_report(result)
     return directory
 
 

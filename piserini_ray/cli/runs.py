@@ -27,31 +27,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.check:
         pipeline.check_models([config], log, include_offline=True)
         return 0
-    return run_and_report([(config, args.run_dir)], args.engine, args.concurrency)
+    return _run(config, args.run_dir, args)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its own manifest: only queries without a record run."""
     config = with_epochs(manifest_config(args.run_dir), args.epochs)
-    runs: list[tuple[RunConfig, Path | None]] = [(config, args.run_dir)]
-    return run_and_report(runs, args.engine, args.concurrency, retry_failed=args.retry_failed)
+    return _run(config, args.run_dir, args, retry_failed=args.retry_failed)
 
 
-def run_and_report(
-    runs: list[tuple[RunConfig, Path | None]],
-    engine: str,
-    concurrency: int,
-    reference: Path | None = None,
-    retry_failed: bool = False,
+def _run(
+    config: RunConfig, run_dir: Path | None, args: argparse.Namespace, retry_failed: bool = False
 ) -> int:
-    """Run, print each summary, judge, print the report; the exit status: 0, 1 when queries
+    """`api.run`, printing each summary and the report; the exit status: 0, 1 when queries
     failed, 2 when the run was refused (a key, a model, an endpoint)."""
+    statuses: list[int] = []
+
+    def summary(s: RunSummary) -> None:
+        statuses.append(s.exit_status())
+        print_summary(s)
+
+    api.run(
+        config,
+        run_dir,
+        args.engine,
+        concurrency=args.concurrency,
+        retry_failed=retry_failed,
+        log=log,
+        on_summary=summary,
+        on_report=print_report,
+    )
+    return max(statuses, default=0)
+
+
+def _sweep(runs: list[tuple[RunConfig, Path | None]], reference: Path | None) -> int:
+    """Every run of a sweep on one Ray engine, each summary printed, then the report with
+    the paired comparison against `reference`; the worst exit status of the runs."""
     from piserini_ray import pipeline
 
-    chosen = pipeline.make_engine(engine, concurrency, release_ray=True)
-    report, status = pipeline.run_and_report(
-        runs, chosen, log, print_summary, reference, retry_failed
-    )
+    engine = pipeline.make_engine("ray", release_ray=True)
+    report, status = pipeline.run_and_report(runs, engine, log, print_summary, reference)
     print_report(report)
     return status
 
@@ -111,7 +126,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runs = [(with_epochs(c, args.epochs), d) for c, d in expand_sweep(args.config, args.runs_root)]
     reference = reference_run(args.config, runs)  # a bad reference stops before any work
     log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
-    return run_and_report(list(runs), "ray", 0, reference=reference)
+    return _sweep(list(runs), reference)
 
 
 def print_summary(summary: RunSummary) -> None:
