@@ -12,6 +12,7 @@ from piserini_ray.cli import analysis, live, retrieval, runs
 from piserini_ray.cli.common import engine_arguments, epochs_argument
 from piserini_ray.config import BACKENDS
 from piserini_ray.exports import EXPORT_FORMATS
+from piserini_ray.importers.files import FORMATS as IMPORT_FORMATS
 
 _Add = Callable[[str, str], argparse.ArgumentParser]
 
@@ -169,7 +170,7 @@ def _analysis_commands(sub: Any, add: _Add) -> None:
     p.set_defaults(func=analysis.cmd_export)
     p = add("import", "Bring another harness's run files into a run directory (then judge it).")
     p.add_argument("dir", type=Path, metavar="DIR", help="the folder of run files")
-    p.add_argument("--format", choices=("browsecomp-plus", "pi-serini"), required=True)
+    p.add_argument("--format", choices=IMPORT_FORMATS, required=True)
     p.add_argument(
         "--run-dir",
         type=Path,
