@@ -110,17 +110,29 @@ def ray_head(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         "PISERINI_RAY_HOME": str(tmp_path / "home"),
     }
     worker_ports = _free_port()
+    workers = range(worker_ports, worker_ports + 101)
+
+    def outside_workers(port: int) -> int:
+        # Ray refuses a component port inside the workers' range ("used by other components").
+        while port in workers:
+            port = _free_port()
+        return port
+
     ports = {
-        "port": _free_port(),
-        "dashboard-port": dashboard,
-        "ray-client-server-port": _free_port(),
-        "dashboard-agent-listen-port": _free_port(),
-        "dashboard-agent-grpc-port": _free_port(),
-        "metrics-export-port": _free_port(),
-        "runtime-env-agent-port": _free_port(),
-        "node-manager-port": _free_port(),
-        "object-manager-port": _free_port(),
+        name: outside_workers(_free_port() if port is None else port)
+        for name, port in {
+            "port": None,
+            "dashboard-port": dashboard,
+            "ray-client-server-port": None,
+            "dashboard-agent-listen-port": None,
+            "dashboard-agent-grpc-port": None,
+            "metrics-export-port": None,
+            "runtime-env-agent-port": None,
+            "node-manager-port": None,
+            "object-manager-port": None,
+        }.items()
     }
+    dashboard = ports["dashboard-port"]
     start = [
         str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
         "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=2",
