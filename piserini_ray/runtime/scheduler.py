@@ -422,7 +422,8 @@ class Dispatcher:
                 deferred.append((plan, query))
                 continue
             index = min(free, key=lambda i: group.load.get(i, 0))
-            ref = group.actors[index].run.remote(self._job(plan, query, group.nodes[index]))
+            job = self._job(plan, query, group.nodes[index])
+            ref = group.actors[index].run.remote(job, self._keys(plan))
             group.load[index] = group.load.get(index, 0) + 1
             self.in_flight[ref] = _InFlight(plan, query, group, index)
         self.queue.extendleft(reversed(deferred))
@@ -442,7 +443,6 @@ class Dispatcher:
             offline=config.offline,
             api_base=self.gateways.api_base(self.bases[str(plan.run_dir)], node),
             limiter_prefix=self.replicas.prefix,
-            keys=self._keys(plan),
             seed=config.run.request_seed(),
             batcher=self.batchers[str(plan.run_dir)][0]
             if str(plan.run_dir) in self.batchers
@@ -450,7 +450,8 @@ class Dispatcher:
         )
 
     def _keys(self, plan: PreparedRun) -> dict[str, SecretStr]:
-        """The run's model key, read once here on the driver (see `secrets.driver_keys`)."""
+        """The run's model key, read once here on the driver (see `secrets.driver_keys`):
+        handed with each call as an argument of its own, never inside the job (`QueryJob`)."""
         name = str(plan.run_dir)
         if name not in self._handed:
             self._handed[name] = driver_keys([plan.config.model])
@@ -471,7 +472,8 @@ class Dispatcher:
                 first_on.setdefault(node, index)
             for node, index in first_on.items():
                 job = self._job(plan, plan.todo[0], node)
-                checks.append((plan, group.ips[index], group.actors[index].check_model.remote(job)))
+                check = group.actors[index].check_model.remote(job, self._keys(plan))
+                checks.append((plan, group.ips[index], check))
         for plan, ip, ref in checks:
             problem = ray.get(ref)
             if problem is None:

@@ -41,9 +41,15 @@ from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
 
+#: Key values by variable name, handed by the driver (`secrets.driver_keys`).
+Keys = dict[str, SecretStr]
+
 
 class QueryJob(BaseModel):
-    """One query of one run, as sent to a replica."""
+    """One query of one run, as sent to a replica. Never with the model's key: that comes as
+    a task argument of its own (`SearchWorker.run(job, keys)`), which Ray inlines in the call's
+    message, while a job over Ray's 100 KiB inline limit (a long query) is put in the object
+    store, which spills to disk when full."""
 
     run_id: str
     config_hash: str
@@ -55,8 +61,6 @@ class QueryJob(BaseModel):
     offline: OfflineConfig  # names an offline model's quota key
     api_base: str | None = None
     limiter_prefix: str  # the job's limiter actors' names begin so (one per quota key)
-    #: The model's key, read on the driver: in memory only, shown masked (`SecretStr`).
-    keys: dict[str, SecretStr] = {}
     #: The epoch's `seed` request parameter (`EpochsConfig.request_seed`).
     seed: int | None = None
     #: The name of the run's batcher actor (`model.service_tier: batch`).
@@ -131,9 +135,10 @@ class SearchWorker:
             "code": code_identity(),
         }
 
-    async def check_model(self, job: QueryJob) -> str | None:
+    async def check_model(self, job: QueryJob, keys: Keys) -> str | None:
         """The one-word check (`llm/check.py`) from this replica's node, with the key and
-        endpoint its queries will use: None when the model answers, else why not."""
+        endpoint its queries will use: None when the model answers, else why not. `keys`: the
+        driver's, in memory only (`QueryJob`)."""
         from piserini_ray.llm.check import PROMPT, probe_model
 
         began = time.monotonic()
@@ -143,7 +148,7 @@ class SearchWorker:
             job.offline,
             api_base=job.api_base,
             limiters=None,
-            keys=job.keys,
+            keys=keys,
         )
         try:
             await client.complete(PROMPT)
@@ -153,10 +158,10 @@ class SearchWorker:
         _say(f"model check of {job.model.name} answered in {time.monotonic() - began:.2f} s")
         return None
 
-    def _client(self, job: QueryJob) -> LLMClient:
+    def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
-        handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(job.keys.items())]
+        handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(keys.items())]
         key = "|".join(
             [
                 *settings,
@@ -174,7 +179,7 @@ class SearchWorker:
                 job.offline,
                 api_base=job.api_base,
                 limiters=RayLimiters(job.limiter_prefix),
-                keys=job.keys,
+                keys=keys,
                 seed=job.seed,
             )
             if job.batcher is not None:
@@ -191,8 +196,8 @@ class SearchWorker:
             self._jvm, session.call, name, arguments
         )
 
-    async def run(self, job: QueryJob) -> dict[str, Any]:
-        """Run one query to its record (as JSON-ready data)."""
+    async def run(self, job: QueryJob, keys: Keys) -> dict[str, Any]:
+        """Run one query to its record (as JSON-ready data), with the driver's `keys`."""
         # No spill folder here: the spill texts ride back with the record and the driver's
         # store writes them into the run directory (this replica may sit on another node).
         session = ToolSession(self.searcher, job.tools)
@@ -203,7 +208,7 @@ class SearchWorker:
         record = await run_query(
             job.query,
             session,
-            self._client(job),
+            self._client(job, keys),
             job.agent,
             tool_schemas(job.tools),
             run_id=job.run_id,
