@@ -60,6 +60,11 @@ class RayEngine:
         from piserini_ray.runtime.ray_env import start_ray_async
 
         start_ray_async(configs[0].runtime, log)  # Ray boots while the modules below load
+        # Loaded on this thread, before the bring-up thread starts: two threads importing the
+        # package's modules at once (`prepare` the tools, the bring-up the searcher) can meet a
+        # module another thread has only begun to import (importlib's KeyError, seen).
+        import piserini_ray.runtime.scheduler  # noqa: F401
+
         self._bring_up = Future()
         threading.Thread(
             target=_bring_up, args=(self._bring_up, configs, log), name="bring-up", daemon=True

@@ -145,7 +145,9 @@ class RemoteQueryEncoder:
     def __call__(self, text: str) -> np.ndarray:
         vector = self._ready.pop(text, None)
         if vector is None:
-            vector = np.asarray(ray.get(self.actor.encode_query.remote(text)))
+            # On the tool thread of an async actor: its future, never `ray.get` (which Ray
+            # refuses to see in such a process, "blocking ray.get inside async actor").
+            vector = np.asarray(self.actor.encode_query.remote(text).future().result())
         return vector
 
     def encode_documents(
@@ -153,7 +155,7 @@ class RemoteQueryEncoder:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """A shard encoder over this one actor (a replica building its node's dense index)."""
         for number, texts in shards:
-            yield number, np.asarray(ray.get(self.actor.encode_documents.remote(texts)))
+            yield number, np.asarray(self.actor.encode_documents.remote(texts).future().result())
 
 
 def shard_encoder_if_ray(dense: DenseConfig, log: Any = lambda _m: None) -> ShardEncoder | None:

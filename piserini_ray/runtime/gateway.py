@@ -113,22 +113,29 @@ class EndpointProxy:
 class NodeGateway:
     """On another node: an HTTP server on that node's 127.0.0.1 that forwards to the proxy."""
 
-    def __init__(self, proxy: Any, prefix: str) -> None:
+    def __init__(self, proxy: Any = None, prefix: str = "") -> None:
+        """`proxy`, `prefix`: the endpoint's proxy and path (`/v1`); a gateway started ahead
+        of its endpoint (`Gateways.warm`) is given them by its first `url` call."""
         self.proxy = proxy
         self.prefix = prefix  # the endpoint's path (`/v1`), kept in the URL it hands out
         self._url: str | None = None
         self._secret = ""
         self._lock = asyncio.Lock()
 
-    async def url(self, secret: str) -> str:
+    async def url(self, secret: str, proxy: Any = None, prefix: str | None = None) -> str:
         """Start listening (once) and return the endpoint's URL on this node, under the
-        run's `secret` (the first path segment every request must carry)."""
+        run's `secret` (the first path segment every request must carry); `proxy` and
+        `prefix`, if given, are the endpoint's (for a gateway started without them)."""
         from aiohttp import web
 
         async with self._lock:
             if self._url is None:
                 if len(secret) < 32:
                     raise ValueError("a gateway's secret has at least 32 characters")
+                self.proxy = proxy if proxy is not None else self.proxy
+                self.prefix = prefix if prefix is not None else self.prefix
+                if self.proxy is None:
+                    raise ValueError("a gateway needs its endpoint's proxy")
                 self._secret = secret
                 hold(secret)  # never printed by this process
                 app = web.Application(client_max_size=MAX_BODY)
@@ -173,7 +180,11 @@ class NodeGateway:
 
 class Gateways:
     """The driver's view: for each loopback endpoint of its node, one proxy there and one
-    gateway on each other node that needs it, started on first use and kept for the job."""
+    gateway on each other node that needs it, kept for the job. `warm` starts gateways before
+    their endpoint is known (a worker process boots in seconds: meanwhile the replicas start
+    and the driver checks the data), `prepare` hands them their endpoint (or starts them)
+    before the replicas are placed; `api_base` starts any still missing and waits for its
+    URL."""
 
     def __init__(self) -> None:
         self.driver_node = ray.get_runtime_context().get_node_id()
@@ -181,26 +192,59 @@ class Gateways:
         self.secret = secrets.token_urlsafe(32)
         hold(self.secret)
         self._proxies: dict[str, Any] = {}
-        self._urls: dict[tuple[str, str], str] = {}
+        #: Each gateway's URL, or the ref of its `url` call while it starts.
+        self._urls: dict[tuple[str, str], Any] = {}
         self._actors: list[Any] = []
+        #: Gateways started ahead of any endpoint, by node id (`warm`).
+        self._warm: dict[str, Any] = {}
+
+    def warm(self, nodes: list[str]) -> None:
+        """Start a gateway without its endpoint on each of `nodes` but the driver's: the
+        first loopback endpoint that needs one there takes it."""
+        for node in nodes:
+            if node != self.driver_node and node not in self._warm:
+                self._warm[node] = NodeGateway.options(  # type: ignore[attr-defined]
+                    scheduling_strategy=_pinned(node)
+                ).remote()
+                self._actors.append(self._warm[node])
+
+    def prepare(self, api_base: str | None, nodes: list[str]) -> None:
+        """Start, without waiting, what a loopback `api_base` needs on `nodes` (ids; the
+        driver's own needs none)."""
+        if api_base is None or not is_loopback(api_base):
+            return
+        for node in nodes:
+            if node != self.driver_node:
+                self._start(api_base, node)
+
+    def _start(self, api_base: str, node_id: str) -> None:
+        key = (api_base, node_id)
+        if key in self._urls:
+            return
+        if api_base not in self._proxies:
+            self._proxies[api_base] = EndpointProxy.options(  # type: ignore[attr-defined]
+                scheduling_strategy=_pinned(self.driver_node)
+            ).remote(api_base)
+            self._actors.append(self._proxies[api_base])
+        proxy, prefix = self._proxies[api_base], urlsplit(api_base).path.rstrip("/")
+        if node_id in self._warm:
+            self._urls[key] = self._warm.pop(node_id).url.remote(self.secret, proxy, prefix)
+            return
+        gateway = NodeGateway.options(  # type: ignore[attr-defined]
+            scheduling_strategy=_pinned(node_id)
+        ).remote(proxy, prefix)
+        self._actors.append(gateway)
+        self._urls[key] = gateway.url.remote(self.secret)
 
     def api_base(self, api_base: str | None, node_id: str) -> str | None:
         """The URL under which a replica on `node_id` reaches `api_base`."""
         if api_base is None or node_id == self.driver_node or not is_loopback(api_base):
             return api_base
         key = (api_base, node_id)
-        if key not in self._urls:
-            if api_base not in self._proxies:
-                self._proxies[api_base] = EndpointProxy.options(  # type: ignore[attr-defined]
-                    scheduling_strategy=_pinned(self.driver_node)
-                ).remote(api_base)
-                self._actors.append(self._proxies[api_base])
-            gateway = NodeGateway.options(  # type: ignore[attr-defined]
-                scheduling_strategy=_pinned(node_id)
-            ).remote(self._proxies[api_base], urlsplit(api_base).path.rstrip("/"))
-            self._actors.append(gateway)
-            self._urls[key] = ray.get(gateway.url.remote(self.secret), timeout=60)
-        return self._urls[key]
+        self._start(api_base, node_id)
+        if not isinstance(self._urls[key], str):
+            self._urls[key] = ray.get(self._urls[key], timeout=60)
+        return str(self._urls[key])
 
     def close(self) -> None:
         for actor in self._actors:
@@ -208,3 +252,4 @@ class Gateways:
         self._actors.clear()
         self._proxies.clear()
         self._urls.clear()
+        self._warm.clear()

@@ -30,14 +30,18 @@ def _asked(demand: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in demand.items() if v > 0}
 
 
+def alive_nodes() -> list[dict[str, Any]]:
+    """`ray.nodes()` of the nodes alive now."""
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
 def nodes_that_fit(demand: dict[str, float]) -> list[str]:
     """Ids of the alive nodes with at least `demand` of each resource (free or not)."""
     wanted = _asked(demand)
     return [
         n["NodeID"]
-        for n in ray.nodes()
-        if n.get("Alive")
-        and all(n.get("Resources", {}).get(k, 0.0) >= v for k, v in wanted.items())
+        for n in alive_nodes()
+        if all(n.get("Resources", {}).get(k, 0.0) >= v for k, v in wanted.items())
     ]
 
 
@@ -52,8 +56,8 @@ def check_feasible(
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     largest = {k: max((node.get(k, 0.0) for node in nodes), default=0.0) for k in wanted}
     problem = (
-        f"{what} need {_resources(wanted)} each, and no node of the cluster has that much (the "
-        f"most any node has: {_resources(largest)})"
+        f"{what} need {describe(wanted)} each, and no node of the cluster has that much (the "
+        f"most any node has: {describe(largest)})"
     )
     if not cluster_can_grow():
         raise StartupError(f"{problem}: {fix}")
@@ -75,8 +79,8 @@ def actors_that_fit(
         return count
     fit = max(1, fit)
     log(
-        f"{count} {what} of {_resources(wanted)} each do not fit what this Ray has free "
-        f"({_resources(free)}): starting {fit}"
+        f"{count} {what} of {describe(wanted)} each do not fit what this Ray has free "
+        f"({describe(free)}): starting {fit}"
     )
     return fit
 
@@ -91,10 +95,19 @@ def wait_until_up(refs: Sequence[Any], what: str, log: Callable[[str], None]) ->
         if pending:
             log(
                 f"waiting for {len(pending)} of {len(refs)} {what} to start (free now: "
-                f"{_resources(ray.available_resources())})"
+                f"{describe(ray.available_resources())})"
             )
     try:
         return ray.get(list(refs))
+    except RayActorError as exc:
+        raise StartupError(f"{what} could not start: {_cause(exc)}") from None
+
+
+def started(ref: Any, what: str) -> Any:
+    """The result of one actor's readiness call `ref` (done): a constructor that raised is a
+    `StartupError` naming its error."""
+    try:
+        return ray.get(ref)
     except RayActorError as exc:
         raise StartupError(f"{what} could not start: {_cause(exc)}") from None
 
@@ -105,7 +118,8 @@ def _cause(exc: RayActorError) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _resources(resources: dict[str, float]) -> str:
+def describe(resources: dict[str, float]) -> str:
+    """Resources as `CPU 2, GPU 0` (no node markers, no memory)."""
     shown = sorted(
         (k, v)
         for k, v in resources.items()

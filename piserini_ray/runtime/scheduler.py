@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from ray.exceptions import (
     ActorDiedError,
     ActorUnavailableError,
     RayActorError,
+    RayError,
     RayTaskError,
     WorkerCrashedError,
 )
@@ -36,18 +38,23 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engine import PreparedRun
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
-from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.retrieval.index import find_index
-from piserini_ray.runtime.batcher_actor import start_batcher
 from piserini_ray.runtime.encoders import start_node_encoders
-from piserini_ray.runtime.gateway import Gateways
+from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options, start_ray
-from piserini_ray.runtime.readiness import check_feasible, wait_until_up
+from piserini_ray.runtime.readiness import (
+    PROGRESS_SECONDS,
+    alive_nodes,
+    check_feasible,
+    describe,
+    nodes_that_fit,
+    started,
+)
 from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
@@ -60,6 +67,8 @@ REPROBE_SECONDS = 0.5
 #: How often the progress line asks the limiters how many calls wait (a round trip to each,
 #: not one per finished query).
 WAITING_EVERY = 1.0
+#: Calls sent to a replica that has just come up, each with what to do with its result.
+OnUp = Callable[["_Group", int], dict[Any, Callable[[Any], None]]]
 
 
 class SchedulerError(PiseriniRayError):
@@ -182,6 +191,7 @@ class Replicas:
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
         self.servers: list[Any] = []  # the index servers of the groups, held for the job
+        self.gateways = Gateways()  # of the loopback endpoints, on the other nodes
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
     def add(
@@ -203,7 +213,15 @@ class Replicas:
             name = self.registry.name(config.model, config.offline)
             if name not in self.limiters:
                 self.limiters[name] = self.registry.limiter(config.model, config.offline).handle
-            # The judge's too, so that judging after the run finds it up (`reporting.py`).
+        # A model behind the driver's loopback (the offline provider the run starts) is reached
+        # from the other nodes through gateways: theirs boot now, their endpoint comes later.
+        if any(c.offline.serves(c.model) or is_loopback(c.model.api_base) for c in configs):
+            self.gateways.warm(self.nodes_for_replicas())
+
+    def start_judge_limiters(self, configs: list[RunConfig]) -> None:
+        """The judges' limiters, so that judging after the run finds them up: started once the
+        replicas are (a worker process each, which no query waits for)."""
+        for config in configs:
             self.registry.limiter(config.judge_model(), config.offline)
 
     def _start_group(
@@ -229,8 +247,10 @@ class Replicas:
         )
         source = None
         if index is not None:
-            source, server = serve_index(index)
-            self.servers.append(server)
+            # A one-node cluster never calls the server: a node that joins later starts it.
+            source, server = serve_index(index, start=len(alive_nodes()) > 1)
+            if server is not None:
+                self.servers.append(server)
         log(f"starting {runtime.replicas} searcher replica(s) for {retrieval.describe()}")
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
@@ -244,14 +264,30 @@ class Replicas:
         ]
         return _Group(actors, capacity=runtime.max_concurrency)
 
-    def ready(self, log: Callable[[str], None]) -> None:
+    def ready(self, log: Callable[[str], None], on_up: OnUp | None = None) -> None:
         """Wait until every replica has opened its index, and check that each runs the
-        driver's code."""
+        driver's code. `on_up(group, index)`, called as each replica comes up, may send it
+        calls that must answer before any query (its node's model checks): their refs, each
+        with what to do with its result, waited for here too while the others still start."""
         placed = [(g, i) for g in self.groups.values() for i in range(len(g.actors))]
-        refs = [g.actors[i].info.remote() for g, i in placed]
-        infos = wait_until_up(refs, "searcher replicas", log)
-        for (group, index), info in zip(placed, infos, strict=True):
-            group.placed(index, info)
+        starting = {g.actors[i].info.remote(): (g, i) for g, i in placed}
+        calls: dict[Any, Callable[[Any], None]] = {}
+        infos = []
+        while starting or calls:
+            done, _ = ray.wait([*starting, *calls], num_returns=1, timeout=PROGRESS_SECONDS)
+            if not done:
+                log(
+                    f"waiting for {len(starting)} of {len(placed)} searcher replicas to start "
+                    f"and {len(calls)} check(s) (free now: {describe(ray.available_resources())})"
+                )
+            elif done[0] in calls:
+                calls.pop(done[0])(done[0])
+            else:
+                group, index = starting.pop(done[0])
+                info = started(done[0], "searcher replicas")
+                group.placed(index, info)
+                infos.append(info)
+                calls.update(on_up(group, index) if on_up else {})
         check_same_code(infos)
         log(
             f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
@@ -260,11 +296,19 @@ class Replicas:
             + ")"
         )
 
+    def nodes_for_replicas(self) -> list[str]:
+        """The alive nodes that a replica fits, where there are no more of them than replicas
+        (so that what each node needs can start before the replicas are placed); else none."""
+        nodes = nodes_that_fit({"CPU": self.cpus})
+        wanted = sum(len(g.actors) for g in self.groups.values())
+        return nodes if len(nodes) <= wanted else []
+
     def close(self) -> None:
         for group in self.groups.values():
             for actor in group.actors:
                 ray.kill(actor)
         self.groups.clear()
+        self.gateways.close()
 
 
 def _built_index(config: RunConfig) -> Path | None:
@@ -309,15 +353,18 @@ def run_prepared(
             start_ray(runs[0].config.runtime, log)
             replicas = Replicas([r.config for r in runs], log)
         replicas.add([r.config for r in todo], log, {_group_key(r.config): r.index for r in todo})
-        replicas.ready(log)
         bases = {
             str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
             for run in todo
         }
-        gateways = Gateways()
+        gateways, nodes = replicas.gateways, replicas.nodes_for_replicas()
+        for base in set(bases.values()):  # before the replicas are placed
+            gateways.prepare(base, nodes)
         dispatcher = Dispatcher(todo, bases, replicas, gateways, log)
         try:
-            dispatcher.check_models_on_every_node()
+            replicas.ready(log, dispatcher.model_checks)
+            dispatcher.raise_check_failures()
+            replicas.start_judge_limiters([r.config for r in todo])
             dispatcher.start_batchers()
             dispatcher.run()
         finally:
@@ -363,10 +410,18 @@ class Dispatcher:
         self._handed: dict[str, dict[str, SecretStr]] = {}
         #: Each batch-tier run's batcher actor, by run directory.
         self.batchers: dict[str, Any] = {}
+        #: The model checks sent (node, model, endpoint, keys), and what did not answer.
+        self._checked: set[tuple[str, str, str, tuple[str, ...]]] = set()
+        self.check_failures: list[str] = []
 
     def start_batchers(self) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
         replica hands it its queries' turns, so one batch holds the turns of the whole run."""
+        # Imported here: litellm comes with them (seconds), and `bring_up` imports this module
+        # before it starts the replicas.
+        from piserini_ray.llm.client import LLMClient
+        from piserini_ray.runtime.batcher_actor import start_batcher
+
         for plan in self.runs:
             if plan.config.model.service_tier != "batch":
                 continue
@@ -387,6 +442,7 @@ class Dispatcher:
             ray.kill(actor)
 
     def run(self) -> None:
+        self.progress.started = time.monotonic()
         try:
             self.submit()
             while self.in_flight or self.queue:
@@ -457,34 +513,44 @@ class Dispatcher:
             self._handed[name] = driver_keys([plan.config.model])
         return self._handed[name]
 
-    def check_models_on_every_node(self) -> None:
+    def model_checks(self, group: _Group, index: int) -> dict[Any, Callable[[Any], None]]:
         """Before anything is spent: each hosted model answers the one-word check from every
         node that hosts its replicas, with the key and endpoint its queries will use (a node
-        that cannot reach the provider, or lacks the key, is named). Offline models are free
-        and local: not checked here."""
-        failures, checks = [], []
+        that cannot reach the provider, or lacks the key, is named). Sent to a replica as it
+        comes up (`Replicas.ready`), once per node and model (endpoint, key), whatever the
+        replicas or runs there. Offline models are free and local: not checked here."""
+        node, ip = group.nodes[index], group.ips[index]
+        calls: dict[Any, Callable[[Any], None]] = {}
         for plan in self.runs:
-            if plan.config.model.is_offline:
+            if (
+                plan.config.model.is_offline
+                or self.replicas.groups[_group_key(plan.config)] is not group
+            ):
                 continue
-            group = self.replicas.groups[_group_key(plan.config)]
-            first_on: dict[str, int] = {}
-            for index, node in group.nodes.items():
-                first_on.setdefault(node, index)
-            for node, index in first_on.items():
-                job = self._job(plan, plan.todo[0], node)
-                check = group.actors[index].check_model.remote(job, self._keys(plan))
-                checks.append((plan, group.ips[index], check))
-        for plan, ip, ref in checks:
+            job, keys = self._job(plan, plan.todo[0], node), self._keys(plan)
+            key = (node, job.model.model_dump_json(), str(job.api_base), tuple(sorted(keys)))
+            if key not in self._checked:
+                self._checked.add(key)
+                ref = group.actors[index].check_model.remote(job, keys)
+                calls[ref] = functools.partial(self._model_checked, plan.config.model.name, ip)
+        return calls
+
+    def _model_checked(self, name: str, ip: str, ref: Any) -> None:
+        try:
             problem = ray.get(ref)
-            if problem is None:
-                self.log(f"checked {plan.config.model.name} from node {ip}: it answers")
-            else:
-                failures.append(f"{plan.config.model.name} from node {ip}: {problem}")
-        if failures:
+        except RayError as exc:  # the replica died, or runs other code (named after)
+            problem = f"the check could not run there ({type(exc).__name__})"
+        if problem is None:
+            self.log(f"checked {name} from node {ip}: it answers")
+        else:
+            self.check_failures.append(f"{name} from node {ip}: {problem}")
+
+    def raise_check_failures(self) -> None:
+        if self.check_failures:
             raise ConfigError(
                 "a model did not answer a one-word check from every node that will call it, so "
                 "nothing was run (give the driver the key, or make the endpoint reachable from "
-                "that node):\n  " + "\n  ".join(failures)
+                "that node):\n  " + "\n  ".join(self.check_failures)
             )
 
     def step(self) -> None:

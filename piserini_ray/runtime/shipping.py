@@ -3,11 +3,14 @@ has it, through Ray, verified by the index's content key, and keeps it under tha
 `PISERINI_RAY_HOME` for the next run.
 
 The driver's node (where `prepare` built or found the index) runs one `IndexServer` per index:
-its file list (`retrieval/index_files.py`) and its bytes, in chunks. A replica (`local_index`)
-uses, in order: the driver's own folder where this node can read it (the same node, or shared
-storage every node mounts); a copy shipped earlier; else a new copy, fetched chunk by chunk,
-checked whole, then moved into place. Queries, qrels and the corpus stay on the driver: a
-replica needs only the index.
+its file list (`retrieval/index_files.py`) and its bytes, in chunks. It is a worker process of
+its own, so it is started only where it may be called: by the driver when the cluster has
+another node (at once, so that it is up when a joining replica asks), else by the first replica
+that lacks the index (a node that joined later), by name, on the driver's node. A replica
+(`local_index`) uses, in order: the driver's own folder where this node can read it (the same
+node, or shared storage every node mounts); a copy shipped earlier; else a new copy, fetched
+chunk by chunk, checked whole, then moved into place. Queries, qrels and the corpus stay on the
+driver: a replica needs only the index.
 
 Only the driver's list is trusted. The list is validated again where it arrives (safe relative
 names only: no `..`, no absolute name). A folder is used only when every listed file hashes to
@@ -16,6 +19,10 @@ sizes are not enough. Each received chunk must have the length asked for. So tha
 not hash a multi-GB index for every replica it starts, it keeps a record of the files it
 hashed, each with its `stamp` (inode, size, mtime and ctime: any write changes it), under its
 own `PISERINI_RAY_HOME` (`indexes/verified/`), and hashes again any file whose stamp moved.
+
+A replica fetches in its constructor, off its event loop; it waits on each chunk's future
+(`ObjectRef.future()`) on that thread only, never with `ray.get`, which Ray refuses to see in
+an async actor's process ("Using blocking ray.get inside async actor": it blocks the loop).
 """
 
 from __future__ import annotations
@@ -51,11 +58,13 @@ IN_FLIGHT = 4
 
 class IndexSource(BaseModel):
     """Where a replica finds its index: the folder on the driver's node, its file list, and
-    the name of the actor that serves its bytes."""
+    the name of the actor that serves its bytes (on `node`, the driver's node: where a replica
+    starts it if the driver did not)."""
 
     path: str
     files: IndexFiles
     server: str
+    node: str | None = None
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
@@ -87,18 +96,26 @@ class IndexServer:
             return f.read(size)
 
 
-def serve_index(folder: Path) -> tuple[IndexSource, Any]:
-    """Start (or find) the server of the index at `folder` on this (the driver's) node: the
-    replicas' source, and the server's handle (hold it: the server lives while it is held)."""
+def serve_index(folder: Path, start: bool = True) -> tuple[IndexSource, Any]:
+    """The replicas' source of the index at `folder` on this (the driver's) node, and with
+    `start` its server, started (or found) here (hold the handle: the server lives while it
+    is held); else None, and the first replica that needs the server starts it (`_server`)."""
     files = index_files(folder)
     context = ray.get_runtime_context()
     name = f"piserini-index:{context.get_job_id()}:{files.content_key}"
-    handle = IndexServer.options(  # type: ignore[attr-defined]
-        name=name,
+    source = IndexSource(path=str(folder), files=files, server=name, node=context.get_node_id())
+    return source, _server(source) if start else None
+
+
+def _server(source: IndexSource) -> Any:
+    """The index's server: the running one, or one started now on the driver's node."""
+    if source.node is None:  # a source of the driver that started its server
+        return ray.get_actor(source.server)
+    return IndexServer.options(  # type: ignore[attr-defined]
+        name=source.server,
         get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
-    ).remote(str(folder))
-    return IndexSource(path=str(folder), files=files, server=name), handle
+        scheduling_strategy=NodeAffinitySchedulingStrategy(source.node, soft=False),
+    ).remote(source.path)
 
 
 def _same_sizes(folder: Path, files: IndexFiles) -> bool:
@@ -168,7 +185,7 @@ def local_index(source: IndexSource, log: Any = print) -> Path:
 
 
 def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> None:
-    server = ray.get_actor(source.server)
+    server = _server(source)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
@@ -197,14 +214,19 @@ def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> No
     partial.rename(target)
     seconds = time.monotonic() - started
     log(
-        f"index {files.name}: shipped from node {ray.get(server.where.remote())} to "
+        f"index {files.name}: shipped from node {_result(server.where.remote())} to "
         f"{target}: {files.bytes:,} bytes in {seconds:.1f} s "
         f"({files.bytes / max(seconds, 1e-6) / 2**20:.1f} MiB/s), content key {files.content_key}"
     )
 
 
+def _result(ref: Any) -> Any:
+    """The value of `ref`, waited for on this thread only (see the module's docstring)."""
+    return ref.future().result()
+
+
 def _write(folder: Path, piece: tuple[str, int, int], ref: Any) -> None:
-    write_chunk(folder, piece, ray.get(ref))
+    write_chunk(folder, piece, _result(ref))
 
 
 def write_chunk(folder: Path, piece: tuple[str, int, int], data: bytes) -> None:

@@ -5,19 +5,27 @@ The searcher is built inside the actor (never pickled), on the one thread that m
 call, so blocking Lucene work stays off the event loop where the agent loops wait on the model.
 A replica serves any run that uses its benchmark and retrieval settings; everything specific to
 a run (model, budget, tools, run ids) comes with each query.
+
+Start-up does at once what can be done at once: the model client's modules (litellm: seconds
+of imports, not needed to open an index) load on a thread of their own, the JVM boots on the
+JVM thread, and the constructor's thread finds or fetches the index meanwhile (`shipping.py`).
+So this module imports none of them at its top: a new worker loads it before the constructor
+can start anything.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import ray
 from pydantic import BaseModel, SecretStr
 
-from piserini_ray.agent.loop import run_query
 from piserini_ray.config import (
     AgentConfig,
     BenchmarkConfig,
@@ -28,18 +36,33 @@ from piserini_ray.config import (
     ToolsConfig,
 )
 from piserini_ray.data import Query, load_benchmark
-from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.clients import build_client
-from piserini_ray.llm.failures import RetryError
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
-from piserini_ray.runtime.batcher_actor import RayBatcher
+from piserini_ray.retrieval.jvm import boot_jvm
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
+
+if TYPE_CHECKING:
+    from piserini_ray.llm.client import LLMClient
+
+#: What the agent loops and the model check need (litellm behind them), loaded at start-up on
+#: a thread of their own.
+MODEL_MODULES = (
+    "piserini_ray.agent.loop",
+    "piserini_ray.llm.clients",
+    "piserini_ray.llm.check",
+    "piserini_ray.runtime.batcher_actor",
+)
+
+
+def _load_model_modules() -> None:
+    for name in MODEL_MODULES:
+        importlib.import_module(name)
+
 
 #: Key values by variable name, handed by the driver (`secrets.driver_keys`).
 Keys = dict[str, SecretStr]
@@ -81,6 +104,19 @@ def _say(message: str) -> None:
     print(stamped(f"{where}: {message}"), flush=True)
 
 
+def _boot(heap: str) -> None:
+    began = time.monotonic()
+    boot_jvm(heap)
+    _say(f"JVM up in {time.monotonic() - began:.2f} s")
+
+
+def _shipped(source: IndexSource) -> Path:
+    began = time.monotonic()
+    index = local_index(source, _say)
+    _say(f"index ready in {time.monotonic() - began:.2f} s")
+    return index
+
+
 @ray.remote
 class SearchWorker:
     def __init__(
@@ -96,11 +132,18 @@ class SearchWorker:
         began = time.monotonic()
         _say("worker started")
         self._first: float | None = None
+        # A failed import is raised where the module is used (the check, the first query).
+        imports = threading.Thread(target=_load_model_modules, name="imports", daemon=True)
+        imports.start()
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self._encoder = RemoteQueryEncoder(encoders) if encoders else None
+        jvm = self._jvm.submit(_boot, retrieval.jvm_heap)  # boots while the index is fetched
+        index = _shipped(source) if source is not None else None
+        jvm.result()
         self.searcher: SearchBackend = self._jvm.submit(
-            self._open, benchmark, retrieval, self._encoder, source
+            self._open, benchmark, retrieval, self._encoder, index
         ).result()
+        imports.join()
         self._clients: dict[str, LLMClient] = {}
         _say(f"searcher open, {time.monotonic() - began:.2f} s after the worker started")
 
@@ -109,19 +152,16 @@ class SearchWorker:
         benchmark: BenchmarkConfig,
         retrieval: RetrievalConfig,
         encoder: RemoteQueryEncoder | None,
-        source: IndexSource | None,
+        index: Path | None,
     ) -> SearchBackend:
-        began = time.monotonic()
-        if source is not None:
-            index = local_index(source, _say)
-        else:
+        """On the JVM thread: the index opened (`index`: shipped or found; None: built here
+        from the corpus)."""
+        if index is None:
+            began = time.monotonic()
             index = ensure_index(load_benchmark(benchmark).corpus, retrieval)
-        _say(f"index ready in {time.monotonic() - began:.2f} s")
-        began = time.monotonic()
+            _say(f"index ready in {time.monotonic() - began:.2f} s (built here)")
         if encoder is None:
-            opened = open_backend(index, retrieval)
-            _say(f"JVM up and index open in {time.monotonic() - began:.2f} s")
-            return opened
+            return open_backend(index, retrieval)
         # A node without the dense index builds it with its own encoder actor.
         return open_backend(index, retrieval, encoder, build_with=encoder.encode_documents)
 
@@ -140,6 +180,8 @@ class SearchWorker:
         endpoint its queries will use: None when the model answers, else why not. `keys`: the
         driver's, in memory only (`QueryJob`)."""
         from piserini_ray.llm.check import PROMPT, probe_model
+        from piserini_ray.llm.clients import build_client
+        from piserini_ray.llm.failures import RetryError
 
         began = time.monotonic()
         client = build_client(
@@ -159,6 +201,9 @@ class SearchWorker:
         return None
 
     def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
+        from piserini_ray.llm.clients import build_client
+        from piserini_ray.runtime.batcher_actor import RayBatcher
+
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
         handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(keys.items())]
@@ -198,6 +243,8 @@ class SearchWorker:
 
     async def run(self, job: QueryJob, keys: Keys) -> dict[str, Any]:
         """Run one query to its record (as JSON-ready data), with the driver's `keys`."""
+        from piserini_ray.agent.loop import run_query
+
         # No spill folder here: the spill texts ride back with the record and the driver's
         # store writes them into the run directory (this replica may sit on another node).
         session = ToolSession(self.searcher, job.tools)

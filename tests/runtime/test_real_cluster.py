@@ -9,6 +9,7 @@ host 1 with the key in its own environment only.
   file of the run, of either host's Ray, or of the logs.
 - The main job's own offline rehearsal completes every query on both hosts.
 - A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
+- No run's output says "blocking ray.get" (Ray's warning of a replica blocking its event loop).
 """
 
 from __future__ import annotations
@@ -92,7 +93,16 @@ def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-3000:] + done.stderr[-6000:] + "\n" + hosts.logs_tail()
     # Replicas' own lines (the index shipping) reach the driver's stdout through Ray.
-    return json.loads(lines[-1].removeprefix("RESULT ")), done.stderr + done.stdout
+    output = done.stderr + done.stdout
+    assert_no_blocking_get(output)
+    return json.loads(lines[-1].removeprefix("RESULT ")), output
+
+
+def assert_no_blocking_get(output: str) -> None:
+    """No process of the run blocks an event loop with `ray.get`: Ray says so in the worker's
+    output, which it forwards to the driver's (index shipping on a joining node did)."""
+    blocking = [line for line in output.splitlines() if "blocking ray.get" in line]
+    assert not blocking, "a blocking ray.get inside an async actor:\n" + "\n".join(blocking)
 
 
 def _files_holding(root: Path, value: str) -> list[Path]:
@@ -217,4 +227,5 @@ def test_a_cluster_with_token_auth_refuses_a_client_without_the_token() -> None:
             env=auth | {"PISERINI_DRIVER_KEY": KEY},
         )
         assert '"status": 0' in done.stdout, done.stderr[-4000:]
+        assert_no_blocking_get(done.stdout + done.stderr)
         assert token not in hosts.logs_tail(200)

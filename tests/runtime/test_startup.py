@@ -1,0 +1,84 @@
+"""A run starts only what it needs (issue 32), on a local Ray of this module's own (one node):
+no index server when no other node could call it, and a replica that lacks the index starts
+it by name on the driver's node, then fetches through it, waiting on futures (no `ray.get`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+
+from piserini_ray.runtime.shipping import _fetch, serve_index, verified
+
+pytestmark = pytest.mark.usefixtures("module_ray")
+
+FILES = {"index.json": b'{"docs": 3}', "segments_1": b"seg" * 100, "_0.cfs": b"lucene" * 1000}
+
+
+def _index(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for name, data in FILES.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def _named() -> set[str]:
+    return {a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors()}
+
+
+def test_no_index_server_until_a_node_lacks_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PISERINI_RAY_HOME", str(tmp_path / "home"))
+    folder = _index(tmp_path / "idx-abc")
+    source, server = serve_index(folder, start=False)
+    assert server is None and source.server not in _named()
+    assert source.node == ray.get_runtime_context().get_node_id()
+
+    logged: list[str] = []
+    target = tmp_path / "shipped" / source.files.name
+    target.parent.mkdir()
+    _fetch(source, source.files, target, logged.append)  # as a replica lacking it
+    # The server was started by the one that needed it, on the driver's node, and served it.
+    assert f"shipped from node {ray.util.get_node_ip_address()}" in logged[-1]
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == FILES
+    assert verified(target, source.files) == []
+
+
+def test_a_hosted_model_is_checked_once_per_node_however_many_replicas_and_runs(
+    sample_index: Path, index_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of one model (other budgets) share two replicas on this one node: one check."""
+    from piserini_ray.config import load_config
+    from piserini_ray.offline import OfflineConfig, OfflineProvider
+    from piserini_ray.pipeline import run_on_ray
+
+    monkeypatch.setenv("PISERINI_STARTUP_KEY", "sk-startup-test")
+    served = OfflineConfig(model_aliases={"gpt-5.4-mini": "offline/heuristic"})
+    with OfflineProvider(served) as provider:
+        configs = [
+            load_config(
+                None,
+                {
+                    "retrieval.index_root": str(index_root),
+                    "slice.sample": 2,
+                    "runtime.replicas": 2,
+                    "agent.budget_seconds": budget,
+                    "model": {
+                        "name": "gpt-5.4-mini",
+                        "litellm_model": "openai/gpt-5.4-mini",
+                        "api_base": provider.base_url,
+                        "api_key_env": "PISERINI_STARTUP_KEY",
+                    },
+                },
+            )
+            for budget in (300.0, 301.0)
+        ]
+        logged: list[str] = []
+        runs = [(config, tmp_path / f"run-{i}") for i, config in enumerate(configs)]
+        summaries = run_on_ray(runs, logged.append)
+    assert [s.statuses for s in summaries] == [{"completed": 2}] * 2
+    assert "2 searcher replica(s) ready on 1 node(s)" in "\n".join(logged)
+    node_checks = [m for m in logged if m.startswith("checked gpt-5.4-mini from node")]
+    assert len(node_checks) == 1, logged
