@@ -119,6 +119,15 @@ def measure(hosts: int, queries: int, index_root: Path) -> Measured:
         return measured
 
 
+def _measured(hosts: int, queries: int, index_root: Path) -> Measured:
+    """`measure`, tried once more (and said so) if the run failed."""
+    try:
+        return measure(hosts, queries, index_root)
+    except SystemExit as failed:
+        print(f"{failed}\n(trying once more)", file=sys.stderr)
+        return measure(hosts, queries, index_root)
+
+
 def _at(m: Measured, clock: str) -> float:
     """A replica line's HH:MM:SS.mmm (UTC) as seconds since the command started."""
     day = datetime.fromtimestamp(m.started, UTC)
@@ -234,7 +243,7 @@ def main() -> None:
             for queries in counts:
                 for hosts in (1, 2):  # side by side, in turn
                     results.setdefault((hosts, queries), []).append(
-                        measure(hosts, queries, index_root)
+                        _measured(hosts, queries, index_root)
                     )
     lines = header(
         "Two hosts against one (issue 32)" + (f": {args.label}" if args.label else ""),
