@@ -168,14 +168,13 @@ def test_a_process_without_the_token_cannot_join_the_ray_a_run_started(tmp_path)
         address = ray.get_runtime_context().gcs_address
         env = {{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}}
         env["HOME"] = {str(home)!r}
-        tried = []
-        for mode in (None, "disabled"):
-            extra = {{"RAY_AUTH_MODE": mode}} if mode else {{}}
-            done = subprocess.run(
-                [sys.executable, {str(stranger)!r}, address], env=env | extra,
-                capture_output=True, text=True, timeout=240,
-            )
-            tried.append(done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]])
+        # (A stranger that also sets RAY_AUTH_MODE=disabled is refused on the two-host kit:
+        # tests/runtime/test_real_cluster.py.)
+        done = subprocess.run(
+            [sys.executable, {str(stranger)!r}, address], env=env,
+            capture_output=True, text=True, timeout=240,
+        )
+        tried = [done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]]]
 
         @ray.remote
         def square(x):
