@@ -39,12 +39,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from piserini_ray.api import judge, load_config, report, run
     from piserini_ray.config import RunConfig
-    from piserini_ray.engine import RunSummary
+    from piserini_ray.engine_contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
     from piserini_ray.pipeline import Report
     from piserini_ray.records import Judgement, QueryRecord, RunManifest
     from piserini_ray.report.epochs import EpochsReport
-    from piserini_ray.report.metrics import RunMetrics
+    from piserini_ray.report.run_metrics import RunMetrics
 
 #: Each public name and the module that defines it (loaded on first use).
 _WHERE = {
@@ -56,8 +56,8 @@ _WHERE = {
     "QueryRecord": "piserini_ray.records",
     "Judgement": "piserini_ray.records",
     "RunManifest": "piserini_ray.records",
-    "RunSummary": "piserini_ray.engine",
-    "RunMetrics": "piserini_ray.report.metrics",
+    "RunSummary": "piserini_ray.engine_contract",
+    "RunMetrics": "piserini_ray.report.run_metrics",
     "Report": "piserini_ray.pipeline",
     "EpochsReport": "piserini_ray.report.epochs",
     "PiseriniRayError": "piserini_ray.errors",

@@ -17,7 +17,7 @@ from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.config import load_config as _load_config
 
 if TYPE_CHECKING:
-    from piserini_ray.engine import Log, RunSummary
+    from piserini_ray.engine_contract import Log, RunSummary
     from piserini_ray.pipeline import Report
 
 __all__ = ["judge", "load_config", "report", "run"]

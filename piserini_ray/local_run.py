@@ -14,13 +14,13 @@ from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.endpoints import ModelEndpoints
-from piserini_ray.engine import Log, PreparedRun
+from piserini_ray.engine_contract import Log, PreparedRun
 from piserini_ray.errors import ProviderRefused
 from piserini_ray.judge import judge_records
 from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import batches_for
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.llm.clients import build_client
+from piserini_ray.llm.client_builder import build_client
 from piserini_ray.llm.limiter import LOCAL_LIMITERS
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord

@@ -14,9 +14,10 @@ Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`re
 4. only then the run directory (created, locked, writable) and its todo list.
 
 The engines sit below this module and never import it: they receive `PreparedRun`s and the
-`Engine` protocol from `engine.py`. Judging goes through the engine too (`Engine.judge`), so a
-run is judged under the same limiters wherever it ran. The reports' modules (matplotlib, SciPy)
-and the model check (litellm) load when used: a Ray engine starts booting before they do.
+`Engine` protocol from `engine_contract.py`. Judging goes through the engine too
+(`Engine.judge`), so a run is judged under the same limiters wherever it ran. The reports'
+modules (matplotlib, SciPy) and the model check (litellm) load when used: a Ray engine starts
+booting before they do.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 from piserini_ray.config import ModelConfig, RetrievalConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
-from piserini_ray.engine import Engine, Log, PreparedRun, RunSummary
+from piserini_ray.engine_contract import Engine, Log, PreparedRun, RunSummary
 from piserini_ray.errors import DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.preflight import preflight_judge, preflight_runs
@@ -44,8 +45,8 @@ from piserini_ray.store import RunStore, manifest_config, write_report_file
 if TYPE_CHECKING:
     from piserini_ray.report.epochs import EpochsReport
     from piserini_ray.report.facts import QueryFacts
-    from piserini_ray.report.metrics import RunMetrics
     from piserini_ray.report.paired import PairedComparison, RunFacts
+    from piserini_ray.report.run_metrics import RunMetrics
     from piserini_ray.report.viewer import ViewerWriter
 
 __all__ = [
@@ -419,7 +420,7 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
     of judges' agreement (every judge with verdicts in the run counts)."""
     from piserini_ray.report import write_run_reports
     from piserini_ray.report.agreement import judge_agreement
-    from piserini_ray.report.metrics import aggregate, judge_calibration
+    from piserini_ray.report.run_metrics import aggregate, judge_calibration
     from piserini_ray.report.viewer import ViewerWriter
 
     benchmark = load_benchmark(config.benchmark)
@@ -639,7 +640,7 @@ def run_facts(run_dir: Path, log: Log) -> RunFacts:
 def run_figures(run_dir: Path, log: Log) -> tuple[RunMetrics, RunFacts]:
     """A finished run's figures and per-query facts from what is judged already, written
     nowhere (nothing is called): the input of a leaderboard row."""
-    from piserini_ray.report.metrics import aggregate
+    from piserini_ray.report.run_metrics import aggregate
 
     config, judgements, facts = _read_run(run_dir, log)
     pricing = pricing_for(config)

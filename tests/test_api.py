@@ -132,7 +132,7 @@ def test_every_public_name_is_documented_with_arguments_returns_and_an_example(n
 
 def test_report_stays_the_function_when_the_report_package_is_imported() -> None:
     code = (
-        "import piserini_ray.report.metrics, piserini_ray\n"
+        "import piserini_ray.report.run_metrics, piserini_ray\n"
         "from piserini_ray.report import markdown_report\n"
         "from piserini_ray import report\n"
         "assert callable(report) and report.__module__ == 'piserini_ray.api', report\n"

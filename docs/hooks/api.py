@@ -35,7 +35,7 @@ RECORD_FILES = (
         "one line per query judged, a file per judge model",
     ),
     ("manifest.json", "piserini_ray.records", "RunManifest", "the run's config and versions"),
-    ("summary.json", "piserini_ray.report.metrics", "RunMetrics", "the run's figures"),
+    ("summary.json", "piserini_ray.report.run_metrics", "RunMetrics", "the run's figures"),
     ("epochs.json", "piserini_ray.report.epochs", "EpochsReport", "a run with several epochs"),
 )
 

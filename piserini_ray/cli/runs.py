@@ -14,7 +14,7 @@ from piserini_ray.data import load_benchmark
 from piserini_ray.store import manifest_config
 
 if TYPE_CHECKING:
-    from piserini_ray.engine import RunSummary
+    from piserini_ray.engine_contract import RunSummary
     from piserini_ray.pipeline import Report
 
 

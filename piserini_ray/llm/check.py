@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig, RunConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.llm.clients import build_client
+from piserini_ray.llm.client_builder import build_client
 from piserini_ray.llm.failures import RetryError
 
 #: The API base of a model under a run's offline settings (`endpoints.ModelEndpoints.api_base`).

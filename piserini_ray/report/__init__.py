@@ -6,7 +6,7 @@ from pathlib import Path
 
 from piserini_ray.report.html import write_html_report
 from piserini_ray.report.markdown import markdown_report
-from piserini_ray.report.metrics import RunMetrics
+from piserini_ray.report.run_metrics import RunMetrics
 from piserini_ray.store.report_files import write_report_file
 
 

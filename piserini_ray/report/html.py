@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from piserini_ray.report.markdown import markdown_report
-from piserini_ray.report.metrics import RunMetrics
 from piserini_ray.report.plots import (
     plot_accuracy_budget,
     plot_answer_times,
@@ -16,6 +15,7 @@ from piserini_ray.report.plots import (
     plot_pareto,
     plot_tools,
 )
+from piserini_ray.report.run_metrics import RunMetrics
 from piserini_ray.report.viewer import VIEWER_HTML
 from piserini_ray.store.report_files import write_report_file
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from piserini_ray.metrics.paired import holm
 from piserini_ray.metrics.power import ALPHA
-from piserini_ray.report.metrics import Estimate, RunMetrics
 from piserini_ray.report.paired import RunFacts, compare_runs
+from piserini_ray.report.run_metrics import Estimate, RunMetrics
 from piserini_ray.store.report_files import write_report_file
 
 #: The recall columns: macro evidence recall of these document sets.

@@ -8,8 +8,8 @@ from piserini_ray.metrics.cost import cost_text
 from piserini_ray.report.agreement import agreement_markdown
 from piserini_ray.report.budget import budget_markdown
 from piserini_ray.report.imported import imported_lines
-from piserini_ray.report.metrics import Estimate, RunMetrics
 from piserini_ray.report.panel import panel_markdown
+from piserini_ray.report.run_metrics import Estimate, RunMetrics
 
 #: The paper's BrowseComp-Plus results (docs/spec.md §9), shown beside ours and labelled as such.
 PAPER_ROWS = [

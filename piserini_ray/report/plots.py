@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # no display on a cluster node or in CI
 import matplotlib.pyplot as plt
 
 from piserini_ray.report._format import png
-from piserini_ray.report.metrics import RunMetrics
+from piserini_ray.report.run_metrics import RunMetrics
 from piserini_ray.store.report_files import write_report_file
 
 

@@ -2,8 +2,8 @@
 
 Nothing below this package imports Ray; everything here is a thin shell around the plain
 modules (tools, agent, llm, store), so those stay testable without a cluster. The runtime never
-imports the pipeline: the pipeline hands it `PreparedRun`s (`engine.py`). The modules behind
-`RayEngine` load on first use: every Ray worker process imports this package, and the driver
+imports the pipeline: the pipeline hands it `PreparedRun`s (`engine_contract.py`). The modules
+behind `RayEngine` load on first use: every Ray worker process imports this package, and the driver
 starts Ray before it imports them (seconds).
 """
 
@@ -21,7 +21,7 @@ from piserini_ray.endpoints import ModelEndpoints
 if TYPE_CHECKING:
     from piserini_ray.config import RunConfig
     from piserini_ray.data import Query
-    from piserini_ray.engine import PreparedRun
+    from piserini_ray.engine_contract import PreparedRun
     from piserini_ray.records import QueryRecord
     from piserini_ray.runtime.scheduler import Replicas
     from piserini_ray.store import RunStore
@@ -41,7 +41,7 @@ def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
 class RayEngine:
     """The Ray engine: searcher replicas on the configured cluster (or a local Ray), fed by the
     driver's scheduler (`runtime/scheduler.py`); judging from the driver under the judge's
-    cluster-wide limiter (`runtime/reporting.py`).
+    cluster-wide limiter (`runtime/judging.py`).
 
     `start` brings Ray and the replicas up on a background thread while `prepare` checks the
     data (a local Ray and a replica take seconds each to boot); `run` waits for them. With
@@ -85,7 +85,7 @@ class RayEngine:
         log: Callable[[str], None],
     ) -> None:
         ensure_ray(config, log)
-        from piserini_ray.runtime.reporting import judge_on_ray
+        from piserini_ray.runtime.judging import judge_on_ray
 
         api_base = self.endpoints.api_base(config.judge_model(), config.offline)
         judge_on_ray(config, store, records, queries, api_base, log)

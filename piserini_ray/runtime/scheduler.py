@@ -36,7 +36,7 @@ from ray.exceptions import (
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
-from piserini_ray.engine import PreparedRun
+from piserini_ray.engine_contract import PreparedRun
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress

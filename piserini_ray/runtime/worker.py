@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 #: a thread of their own.
 MODEL_MODULES = (
     "piserini_ray.agent.loop",
-    "piserini_ray.llm.clients",
+    "piserini_ray.llm.client_builder",
     "piserini_ray.llm.check",
     "piserini_ray.runtime.batcher_actor",
 )
@@ -180,7 +180,7 @@ class SearchWorker:
         endpoint its queries will use: None when the model answers, else why not. `keys`: the
         driver's, in memory only (`QueryJob`)."""
         from piserini_ray.llm.check import PROMPT, probe_model
-        from piserini_ray.llm.clients import build_client
+        from piserini_ray.llm.client_builder import build_client
         from piserini_ray.llm.failures import RetryError
 
         began = time.monotonic()
@@ -201,7 +201,7 @@ class SearchWorker:
         return None
 
     def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
-        from piserini_ray.llm.clients import build_client
+        from piserini_ray.llm.client_builder import build_client
         from piserini_ray.runtime.batcher_actor import RayBatcher
 
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]

@@ -18,7 +18,7 @@ from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.records import Judgement, QueryRecord, now_iso
 from piserini_ray.report.agreement import judge_agreement
 from piserini_ray.report.markdown import markdown_report
-from piserini_ray.report.metrics import compute_metrics, judge_calibration
+from piserini_ray.report.run_metrics import compute_metrics, judge_calibration
 
 
 # --- A reference written from their code: scripts_evaluation/evaluate_run.py of

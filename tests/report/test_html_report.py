@@ -14,8 +14,8 @@ from piserini_ray.data.benchmark import Corpus
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, now_iso
 from piserini_ray.report.html import write_html_report
-from piserini_ray.report.metrics import compute_metrics
 from piserini_ray.report.plots import pareto_front
+from piserini_ray.report.run_metrics import compute_metrics
 
 
 def _metrics(tmp_path: Path, model: str, budget: float):

@@ -10,7 +10,7 @@ from piserini_ray.data.benchmark import Corpus
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage, now_iso
 from piserini_ray.report.markdown import markdown_report
-from piserini_ray.report.metrics import compute_metrics
+from piserini_ray.report.run_metrics import compute_metrics
 from piserini_ray.store import RunStore
 
 

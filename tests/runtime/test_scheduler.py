@@ -269,7 +269,7 @@ def test_verdicts_are_written_as_each_arrives_on_ray(sample, tmp_path) -> None:
     import threading
 
     from piserini_ray.records import QueryRecord, now_iso
-    from piserini_ray.runtime.reporting import judge_on_ray
+    from piserini_ray.runtime.judging import judge_on_ray
     from piserini_ray.store import RunStore
 
     config = RunConfig()

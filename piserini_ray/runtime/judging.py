@@ -9,7 +9,7 @@ from collections.abc import Callable
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
 from piserini_ray.judge import judge_records
-from piserini_ray.llm.clients import build_client
+from piserini_ray.llm.client_builder import build_client
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.store import RunStore
