@@ -77,7 +77,9 @@ def _cli(*args: str) -> list[str]:
     return [str(VENV_BIN / "python"), "-m", "piserini_ray.cli", *args]
 
 
-ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts"}
+#: Ray's log deduplication would fold host 2's start-up lines into host 1's (alike but for
+#: their numbers) and print them once.
+ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts", "RAY_DEDUP_LOGS": "0"}
 
 
 def measure(hosts: int, queries: int, index_root: Path) -> Measured:
@@ -162,7 +164,7 @@ def replica_steps(m: Measured, ip: str) -> dict[str, tuple[float, float | None]]
         if not found or found.group(2) != ip:
             continue
         for step, marker in STEPS.items():
-            if marker in found.group(4) and step not in said:
+            if found.group(4).startswith(marker) and step not in said:
                 took = SECONDS.search(found.group(4))
                 said[step] = (_at(m, found.group(1)), float(took.group(1)) if took else None)
     return said
