@@ -4,6 +4,7 @@ module of the runtime shares (`module_ray`)."""
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import re
@@ -36,6 +37,13 @@ if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
     with os.fdopen(os.open(_token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as _f:
         _f.write(secrets.token_hex(32))
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token)
+
+# This process hosts a JVM (pyserini) and calls ray.init, which turns faulthandler on in a
+# driver: in front of the JVM, faulthandler makes the JVM's own SIGSEGVs (implicit null checks)
+# fatal, at random, mid-session (retrieval/jvm.py `foreign_signal_handlers`, which the runs'
+# own Ray start uses; tests/retrieval/test_jvm.py proves it in a process of its own). Tests call
+# ray.init in many places, so here faulthandler is never turned on (pytest's plugin is off too).
+faulthandler.enable = lambda *args, **kwargs: None
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"

@@ -126,6 +126,26 @@ def boot_jvm(heap: str = "1g") -> None:
         _booted_heap = heap
 
 
+@contextmanager
+def foreign_signal_handlers() -> Iterator[None]:
+    """Around code that may turn faulthandler on (`ray.init` does, in the driver): no JVM boots
+    meanwhile, and afterwards a JVM that runs here gets SIGSEGV back.
+
+    faulthandler enabled *after* the JVM sits in front of it: a SIGSEGV the JVM takes for its
+    own work (an implicit null check, a safepoint poll) reaches faulthandler, which puts the
+    JVM's handler back and raises the signal again; the JVM then sees a SIGSEGV "sent by kill"
+    that is none of its own, and aborts the process (a test session died so, mid-run, with an
+    hs_err file naming Lucene code). Disabling it puts the JVM's handler back in front. Holding
+    the boot lock meanwhile keeps a boot on another thread from landing in between (faulthandler
+    enabled before the JVM would put the *default* handler back when disabled)."""
+    with _lock:
+        try:
+            yield
+        finally:
+            if _booted_heap is not None and faulthandler.is_enabled():
+                faulthandler.disable()
+
+
 _quiet_loggers: list[Any] = []  # java.util.logging holds loggers weakly: keep ours alive
 
 

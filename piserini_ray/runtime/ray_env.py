@@ -132,7 +132,6 @@ def _ray_is_up() -> bool:
 
 def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading.Event) -> None:
     """Start (or join) Ray, then hold it until `let_go` is set, then shut it down."""
-    global _connected
     # On the main thread ray.init replaces our SIGTERM handler (a clean stop, like Ctrl-C)
     # with sys.exit; on this one it leaves it, and warns that it did: that is what we want.
     quiet = _DropMessage("SIGTERM handler is not set")
@@ -148,27 +147,11 @@ def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading
             prepare_local_ray()  # before Ray is imported (it includes the same setting)
         import ray
 
-        if address:
-            ray.init(address=address, log_to_driver=True)
-            _connected = "joined"
-            cpus = ray.cluster_resources().get("CPU", 0)
-            log(f"joined the Ray cluster at {address}: {cpus:g} CPUs")
-        else:
-            num_cpus = runtime.num_cpus or os.cpu_count() or 1
-            # "local": a new instance, even where `ray start` (or a test cluster) left an
-            # address file that a bare ray.init() would attach to, and then refuse our num_cpus.
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                object_store_memory=runtime.object_store_mb * 2**20,
-                include_dashboard=runtime.dashboard,
-                log_to_driver=True,
-            )
-            _connected = "started"
-            log(
-                f"started a local Ray instance: {num_cpus} CPUs, object store "
-                f"{runtime.object_store_mb} MB"
-            )
+        from piserini_ray.retrieval.jvm import foreign_signal_handlers
+
+        # ray.init turns faulthandler on in this process: never in front of a JVM.
+        with foreign_signal_handlers():
+            _init(runtime, address, log)
     except BaseException as exc:  # handed to whoever waits for the start
         done.set_exception(exc)
         return
@@ -177,6 +160,31 @@ def _own(runtime: RuntimeConfig, log: Log, done: Future[None], let_go: threading
     done.set_result(None)
     let_go.wait()
     ray.shutdown()
+
+
+def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
+    """`ray.init`: join the cluster at `address`, or start a local instance."""
+    global _connected
+    import ray
+
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        _connected = "joined"
+        cpus = ray.cluster_resources().get("CPU", 0)
+        log(f"joined the Ray cluster at {address}: {cpus:g} CPUs")
+        return
+    num_cpus = runtime.num_cpus or os.cpu_count() or 1
+    # "local": a new instance, even where `ray start` (or a test cluster) left an address file
+    # that a bare ray.init() would attach to, and then refuse our num_cpus.
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        object_store_memory=runtime.object_store_mb * 2**20,
+        include_dashboard=runtime.dashboard,
+        log_to_driver=True,
+    )
+    _connected = "started"
+    log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")
 
 
 class _DropMessage(logging.Filter):

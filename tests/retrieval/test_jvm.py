@@ -168,3 +168,34 @@ def test_a_pytest_session_ends_with_the_jvm_handling_sigsegv(tmp_path: Path) -> 
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "at exit: libjvm.so" in out.stdout, out.stdout
+
+
+def test_starting_ray_after_the_jvm_leaves_the_jvm_its_sigsegv_handler() -> None:
+    # ray.init turns faulthandler on in the driver. In front of a running JVM it re-raised the
+    # JVM's own SIGSEGVs (implicit null checks) as foreign ones: the JVM aborted the process at
+    # random, mid-session (hs_err: "SIGSEGV (sent by kill)" in Lucene code). The run's own start
+    # (runtime/ray_env.py) gives SIGSEGV back to the JVM; a bare ray.init shows the trap.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SIGSEGV_OWNER + "import ray\n"
+            "from piserini_ray.config import RuntimeConfig\n"
+            "from piserini_ray.retrieval.jvm import boot_jvm\n"
+            "from piserini_ray.runtime.ray_env import release_ray_async, start_ray\n"
+            "boot_jvm('256m'); print('booted:', sigsegv_owner())\n"
+            "start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))\n"
+            "print('run started ray:', sigsegv_owner())\n"
+            "release_ray_async().join()\n"
+            "ray.init(num_cpus=1, object_store_memory=100 * 2**20, include_dashboard=False)\n"
+            "print('bare ray.init:', sigsegv_owner())\n"
+            "ray.shutdown()\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if ":" in line]
+    assert lines[:2] == ["booted: libjvm.so", "run started ray: libjvm.so"], out.stdout
+    assert lines[2] != "bare ray.init: libjvm.so", out.stdout  # the trap this guards against
