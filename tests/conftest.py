@@ -4,6 +4,7 @@ module of the runtime shares (`module_ray`)."""
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import functools
 import os
@@ -285,10 +286,25 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------- the session's end
-# The session ends by pytest's own path (its status, its atexit handlers). Ray is let go here,
-# on the main thread and before Python finalizes, as its own atexit hook would. (A session used
-# to end with `os._exit` to hide a native abort after the report: a Ray index server's, cured
-# at its root in runtime/shipping.py; tests/test_session_exit.py keeps the exit honest.)
+# The session ends by pytest's own path: its exit status, and every atexit handler (coverage's
+# too). Ray is let go on the main thread before Python finalizes, as its own atexit hook would.
+#
+# What is left after that is C++ teardown (static destructors), and there this process, which
+# has hosted a JVM, Ray drivers, Ray test clusters, torch and gRPC, has aborted at random after a
+# green report ("terminate called without an active exception", 1 of 2 full runs here): Ray 2.60
+# leaves its GCS client's io thread and gRPC's threads running after ray.shutdown(), and their
+# static teardown races. Ray's own aborts that we could pin down are cured at their roots
+# (runtime/shipping.py, retrieval/jvm.py); this one is not yet. So, only when pytest ended the
+# session itself (its status known below), the last atexit handler runs the remaining ones
+# and ends the process with that status, skipping only the C++ static destructors. A session
+# that an exception ended (a raising hook) is left to Python, which reports it and exits 1
+# (tests/test_session_exit.py checks both, and that atexit handlers run).
+_final_status: list[int] = []
+_session: list[pytest.Session] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _session.append(session)
 
 
 @pytest.hookimpl(trylast=True)
@@ -296,3 +312,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+    if _session:
+        _final_status.append(int(_session[-1].exitstatus))
+
+
+def _end_without_native_teardown() -> None:
+    # An exception that escaped pytest (a raising hook) was printed by Python, which set
+    # sys.last_value and exits 1: that path is left to Python, whatever the session's status.
+    if not _final_status or getattr(sys, "last_value", None) is not None:
+        return
+    atexit.unregister(_end_without_native_teardown)
+    atexit._run_exitfuncs()  # the handlers registered before this one, as Python would run them
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(_final_status[-1])
+
+
+atexit.register(_end_without_native_teardown)  # registered first of the session's: runs last

@@ -54,3 +54,15 @@ def test_a_green_session_exits_zero_and_runs_atexit_handlers(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "passed" in done.stdout and "atexit handler ran" in done.stdout
+
+
+def test_a_failing_test_fails_the_session(tmp_path: Path) -> None:
+    done = _session(
+        tmp_path,
+        """
+        def pytest_runtest_call(item):
+            raise AssertionError("this test fails")
+        """,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert " failed in " in done.stdout and " passed" not in done.stdout
