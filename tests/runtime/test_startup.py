@@ -8,19 +8,11 @@ from pathlib import Path
 
 import pytest
 import ray
+from test_shipping import FILES, _index
 
 from piserini_ray.runtime.shipping import _fetch, serve_index, verified
 
 pytestmark = pytest.mark.usefixtures("module_ray")
-
-FILES = {"index.json": b'{"docs": 3}', "segments_1": b"seg" * 100, "_0.cfs": b"lucene" * 1000}
-
-
-def _index(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    for name, data in FILES.items():
-        (folder / name).write_bytes(data)
-    return folder
 
 
 def _named() -> set[str]:
