@@ -114,6 +114,10 @@ def start_ray_async(runtime: RuntimeConfig, log: Log = lambda _m: None) -> Futur
             if _ray_is_up():
                 _startup.set_result(None)
             else:
+                # Imported here, on the caller's thread: two threads importing the package's
+                # modules at once have failed (KeyError: 'piserini_ray.retrieval').
+                from piserini_ray.retrieval import jvm  # noqa: F401
+
                 _let_go = threading.Event()
                 # A daemon: a process that never lets go still exits (Ray's own atexit hook
                 # then shuts it down).
