@@ -147,14 +147,14 @@ def ray_memory(config: RunConfig) -> list[str]:
     import ray
 
     from piserini_ray.runtime.encoders import start_node_encoders
-    from piserini_ray.runtime.ray_env import jvm_actor_options, start_ray
+    from piserini_ray.runtime.ray_env import start_ray
     from piserini_ray.runtime.worker import SearchWorker
 
     start_ray(config.runtime.model_copy(update={"num_cpus": 2}))
     retrieval = config.retrieval.with_resolved_index_root()
     dense = retrieval.for_backend("dense")
     names, handles = start_node_encoders(dense.dense)
-    options = {"num_cpus": 0.5, **jvm_actor_options()}
+    options = {"num_cpus": 0.5}
     bm25 = SearchWorker.options(**options).remote(config.benchmark, retrieval)  # type: ignore[attr-defined]
     replica = SearchWorker.options(**options).remote(config.benchmark, dense, names)  # type: ignore[attr-defined]
     pids = {

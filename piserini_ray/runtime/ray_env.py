@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from piserini_ray.config import RuntimeConfig
 from piserini_ray.errors import ConfigError
@@ -32,9 +32,12 @@ def cluster_address(runtime: RuntimeConfig) -> str | None:
     return runtime.address or os.environ.get("RAY_ADDRESS")
 
 
-#: Ray's C++ failure signal handler replaces the JVM's SIGSEGV handling (which the JVM uses on
-#: purpose, for safepoints and null checks): a process with both then dies at random. Every
-#: process that may hold a JVM next to Ray gets this (Ray documents the same for Java users).
+#: Ray's C++ failure signal handler, installed when a process joins Ray, replaces the JVM's
+#: SIGSEGV handling (which the JVM uses on purpose, for safepoints and null checks) where the
+#: JVM booted first: a driver that ran searches before `ray.init`, which then dies at random.
+#: So a driver holds this before Ray is imported. A worker joins Ray before its actor can boot
+#: a JVM, and the JVM's handler then goes in front of Ray's (tests/runtime/test_ray_env.py):
+#: JVM actors need no runtime env, and take the workers Ray pre-started, on any node.
 JVM_SAFE_ENV = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}
 
 
@@ -88,9 +91,9 @@ def ensure_private_token() -> Path | None:
 
 _lock = threading.Lock()
 _startup: Future[None] | None = None
-#: How this process's `start_ray` connected it: "started" the local instance (so every Ray
-#: worker inherited `JVM_SAFE_ENV`) or "joined" a cluster; None when it did not (a Ray that the
-#: caller had up, a test's or an embedding program's, which `release_ray_async` leaves alone).
+#: How this process's `start_ray` connected it: "started" the local instance or "joined" a
+#: cluster; None when it did not (a Ray that the caller had up, a test's or an embedding
+#: program's, which `release_ray_async` leaves alone).
 _connected: Literal["started", "joined"] | None = None
 #: The thread that started Ray (and holds it), and what tells it to let go.
 _owner: threading.Thread | None = None
@@ -204,14 +207,6 @@ def cluster_can_grow() -> bool:
     """Whether this process joined a cluster (which an autoscaler may grow) rather than a Ray
     on this machine: a demand no node meets is then worth waiting for."""
     return _connected == "joined" or bool(os.environ.get("RAY_ADDRESS"))
-
-
-def jvm_actor_options() -> dict[str, Any]:
-    """Ray options of an actor that holds a JVM: no runtime env on the local instance this
-    process started (its workers inherited `JVM_SAFE_ENV`, and an actor without a runtime env
-    reuses one of Ray's pre-started workers, a second sooner); the JVM-safe variables
-    elsewhere."""
-    return {} if _connected == "started" else {"runtime_env": {"env_vars": JVM_SAFE_ENV}}
 
 
 def release_ray_async() -> threading.Thread | None:

@@ -46,7 +46,7 @@ from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.limiter_actor import RayLimiters
-from piserini_ray.runtime.ray_env import cluster_can_grow, jvm_actor_options, start_ray
+from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
     alive_nodes,
@@ -258,7 +258,6 @@ class Replicas:
                 max_concurrency=runtime.max_concurrency + 4,  # + room for info() while busy
                 max_restarts=runtime.max_restarts,
                 scheduling_strategy=strategy,
-                **jvm_actor_options(),
             ).remote(config.benchmark, retrieval, encoders, source)
             for _ in range(runtime.replicas)
         ]

@@ -16,7 +16,6 @@ import ray
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.retrieval import BM25Searcher, ensure_index, open_searcher
-from piserini_ray.runtime.ray_env import jvm_actor_options
 from piserini_ray.runtime.readiness import actors_that_fit, check_feasible, wait_until_up
 from piserini_ray.tuning import CellResult, GridStore, evaluate_cell
 
@@ -76,7 +75,7 @@ def tune_on_ray(
         replicas = actors_that_fit(replicas, {"CPU": cpus}, "grid workers", log)
         workers = [
             TuningWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
-                num_cpus=cpus, **jvm_actor_options()
+                num_cpus=cpus
             ).remote(config)
             for _ in range(replicas)
         ]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from signal_owner import SIGSEGV_OWNER
 
 from piserini_ray.retrieval import jvm
 
@@ -89,33 +90,6 @@ def test_a_second_heap_in_one_process_is_refused(searcher: object) -> None:
         jvm.boot_jvm("2g")
 
 
-# Who handles SIGSEGV in this process: the shared object that holds the handler, read with
-# sigaction(2) and dladdr(3). HotSpot takes SIGSEGV for its own use (safepoint polls, implicit
-# null checks); if anything puts the default handler back, the JVM's next one kills the process.
-_SIGSEGV_OWNER = """
-import ctypes, signal
-
-class _Sigaction(ctypes.Structure):
-    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
-                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
-
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
-
-def sigsegv_owner():
-    libc = ctypes.CDLL(None)
-    current = _Sigaction()
-    libc.sigaction(signal.SIGSEGV, None, ctypes.byref(current))
-    info = _DlInfo()
-    if current.handler and current.handler > 1 and libc.dladdr(
-        ctypes.c_void_p(current.handler), ctypes.byref(info)
-    ):
-        return info.fname.decode().rsplit("/", 1)[-1]
-    return "default"
-"""
-
-
 def test_faulthandler_turned_off_later_leaves_the_jvm_its_sigsegv_handler() -> None:
     # The trap behind a suite that passed and then died with a segmentation fault at exit:
     # faulthandler, enabled before the JVM started, puts back the default SIGSEGV handler when it
@@ -126,7 +100,7 @@ def test_faulthandler_turned_off_later_leaves_the_jvm_its_sigsegv_handler() -> N
             "-X",
             "faulthandler",
             "-c",
-            _SIGSEGV_OWNER + "from piserini_ray.retrieval.jvm import boot_jvm\n"
+            SIGSEGV_OWNER + "from piserini_ray.retrieval.jvm import boot_jvm\n"
             "import faulthandler\n"
             "boot_jvm('256m'); print('booted:', sigsegv_owner())\n"
             "faulthandler.disable(); print('after disable:', sigsegv_owner())\n",
@@ -143,7 +117,7 @@ def test_a_pytest_session_ends_with_the_jvm_handling_sigsegv(tmp_path: Path) -> 
     # The same trap through this project's pytest configuration: at exit, after the session is
     # over, the JVM still owns SIGSEGV.
     (tmp_path / "test_boot.py").write_text(
-        _SIGSEGV_OWNER + "import atexit\n"
+        SIGSEGV_OWNER + "import atexit\n"
         "def test_boot():\n"
         "    from piserini_ray.retrieval.jvm import boot_jvm\n"
         "    boot_jvm('256m')\n"
@@ -179,7 +153,7 @@ def test_starting_ray_after_the_jvm_leaves_the_jvm_its_sigsegv_handler() -> None
         [
             sys.executable,
             "-c",
-            _SIGSEGV_OWNER + "import ray\n"
+            SIGSEGV_OWNER + "import ray\n"
             "from piserini_ray.config import RuntimeConfig\n"
             "from piserini_ray.retrieval.jvm import boot_jvm\n"
             "from piserini_ray.runtime.ray_env import release_ray_async, start_ray\n"

@@ -10,6 +10,7 @@ import textwrap
 
 import orjson
 import pytest
+from signal_owner import SIGSEGV_OWNER
 
 
 def _run(script: str, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -35,9 +36,7 @@ def test_ray_started_in_the_background_keeps_running_and_keeps_our_sigterm_handl
         """
         import json, os, signal
         from piserini_ray.config import RuntimeConfig
-        from piserini_ray.runtime.ray_env import (
-            jvm_actor_options, release_ray_async, start_ray_async,
-        )
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray_async
 
         def ours(signum, frame):
             pass
@@ -50,34 +49,65 @@ def test_ray_started_in_the_background_keeps_running_and_keeps_our_sigterm_handl
         def square(x):
             return x * x
 
-        @ray.remote
-        class Probe:
-            def env(self):
-                return os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
-
         squares = ray.get([square.remote(i) for i in range(4)], timeout=120)
-        probe = Probe.options(**jvm_actor_options()).remote()
-        env = ray.get(probe.env.remote(), timeout=120)
         alive = sum(1 for n in ray.nodes() if n["Alive"])
         handler_kept = signal.getsignal(signal.SIGTERM) is ours
         release_ray_async().join()
         print(json.dumps({
-            "squares": squares, "env": env, "alive": alive, "handler_kept": handler_kept,
-            "after_release": ray.is_initialized(), "options": jvm_actor_options(),
+            "squares": squares, "alive": alive, "handler_kept": handler_kept,
+            "after_release": ray.is_initialized(),
         }))
         """
     )
     assert result["squares"] == [0, 1, 4, 9] and result["alive"] == 1
-    # An actor without a runtime env (so that it reuses a pre-started worker) is JVM-safe: the
-    # workers of the instance this process started inherited the setting.
-    assert result["env"] == "1"
     assert result["handler_kept"] is True
     assert result["after_release"] is False
-    # Once let go, a Ray found later is not known to be ours: JVM actors carry the setting.
-    assert result["options"] == {
-        "runtime_env": {"env_vars": {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}}
-    }
     assert "SIGTERM handler is not set" not in str(result["stderr"])
+
+
+def test_a_jvm_actor_on_a_ray_started_without_the_jvm_safe_setting_leaves_sigsegv_to_the_jvm():
+    # JVM actors carry no runtime env (so they take the workers Ray pre-started, on a cluster
+    # too): on a node whose Ray was started without RAY_DISABLE_FAILURE_SIGNAL_HANDLER, Ray's
+    # handler holds SIGSEGV when the worker starts; the JVM booted after it must go in front,
+    # and survive its own SIGSEGVs (null checks in compiled code: NPEs by the thousand).
+    env = {k: v for k, v in os.environ.items() if k != "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"}
+    result = _run(
+        f"""
+        import json, os
+        import ray
+
+        ray.init(
+            address="local", num_cpus=1, object_store_memory=100 * 2**20,
+            include_dashboard=False, log_to_driver=False,
+        )
+
+        @ray.remote
+        class JvmActor:
+            def probe(self):
+                exec({SIGSEGV_OWNER!r}, globals())
+                before = sigsegv_owner()
+                from piserini_ray.retrieval.jvm import boot_jvm
+                boot_jvm("256m")
+                booted = sigsegv_owner()
+                import jnius
+                text = jnius.autoclass("java.lang.String")("abc")
+                npes = 0
+                for _ in range(20000):
+                    try:
+                        text.compareTo(None)
+                    except jnius.JavaException:
+                        npes += 1
+                setting = os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+                return [setting, before, booted, npes, sigsegv_owner()]
+
+        print(json.dumps({{"probe": ray.get(JvmActor.remote().probe.remote(), timeout=240)}}))
+        ray.shutdown()
+        """,
+        env,
+    )
+    setting, before, booted, npes, after = result["probe"]  # type: ignore[misc]
+    assert setting is None and before == "_raylet.so"  # Ray's handler held it
+    assert booted == after == "libjvm.so" and npes == 20000
 
 
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
