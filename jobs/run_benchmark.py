@@ -12,7 +12,7 @@ from pathlib import Path
 # The job's working directory holds this checkout; prefer its code over an installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from piserini_ray.cli import main
+from piserini_ray.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    entry(["run", *sys.argv[1:]])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from piserini_ray.cli import main
+from piserini_ray.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["sweep", *sys.argv[1:]]))
+    entry(["sweep", *sys.argv[1:]])

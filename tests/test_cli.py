@@ -327,13 +327,36 @@ def test_the_cli_writes_no_file_itself_and_no_module_of_it_is_over_700_lines() -
 def test_python_m_and_the_script_entry_point_reach_the_same_parser() -> None:
     from importlib.metadata import entry_points
 
-    from piserini_ray.cli import build_parser, main
+    from piserini_ray.cli import build_parser, entry
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "piserini-ray"]
-    assert script.value == "piserini_ray.cli:main" and script.load() is main
+    assert script.value == "piserini_ray.cli:entry" and script.load() is entry
     done = subprocess.run(
         [sys.executable, "-m", "piserini_ray.cli", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0
     for command in ("run", "judge", "report", "export"):
         assert command in done.stdout and command in build_parser().format_help()
+
+
+def test_a_command_process_exits_with_mains_status_and_its_objects_frozen_out_of_the_collector(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's collections at exit walked every object a command left (2 s after the report
+    # was printed): `entry` freezes them first, then exits with main's status.
+    import gc
+
+    from piserini_ray.cli import entry
+
+    assert gc.get_freeze_count() == 0
+    try:
+        with pytest.raises(SystemExit) as exited:
+            entry(["pricing", "--no-such-option"])
+        assert exited.value.code == 2  # argparse's own exit, before anything ran: not frozen
+        assert gc.get_freeze_count() == 0
+        with pytest.raises(SystemExit) as exited:
+            entry(["report", str(tmp_path / "no-such-run")])
+        assert exited.value.code == 2 and "not a run directory" in capsys.readouterr().err
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -1,7 +1,5 @@
 """`python -m piserini_ray.cli COMMAND`: the same as `piserini-ray COMMAND`."""
 
-import sys
+from piserini_ray.cli import entry
 
-from piserini_ray.cli import main
-
-sys.exit(main())
+entry()
