@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -67,6 +70,9 @@ REPROBE_SECONDS = 0.5
 #: How often the progress line asks the limiters how many calls wait (a round trip to each,
 #: not one per finished query).
 WAITING_EVERY = 1.0
+#: What the driver needs after the last query, loaded while it only waits on the replicas: the
+#: reports' modules (SciPy and matplotlib, 1.5 s between the last query and the report).
+AFTER_THE_QUERIES = ("piserini_ray.report",)
 #: Calls sent to a replica that has just come up, each with what to do with its result.
 OnUp = Callable[["_Group", int], dict[Any, Callable[[Any], None]]]
 
@@ -365,13 +371,32 @@ def run_prepared(
             dispatcher.raise_check_failures()
             replicas.start_judge_limiters([r.config for r in todo])
             dispatcher.start_batchers()
-            dispatcher.run()
+            loading = _load_meanwhile(AFTER_THE_QUERIES)
+            try:
+                dispatcher.run()
+            finally:
+                loading.join()  # no import of the driver's may meet it half-done
         finally:
             gateways.close()
             dispatcher.stop_batchers()
     finally:
         if replicas is not None:
             replicas.close()
+
+
+def _load_meanwhile(modules: tuple[str, ...]) -> threading.Thread:
+    """Import `modules` on a thread of their own. Started once the queries go out: from then
+    on the driver's own thread imports nothing they share (two threads importing the same
+    package's modules at once have failed in importlib)."""
+
+    def load() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):  # a failed import is raised where it is used
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name="load-reports", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass

@@ -74,3 +74,24 @@ def test_a_hosted_model_is_checked_once_per_node_however_many_replicas_and_runs(
     assert "2 searcher replica(s) ready on 1 node(s)" in "\n".join(logged)
     node_checks = [m for m in logged if m.startswith("checked gpt-5.4-mini from node")]
     assert len(node_checks) == 1, logged
+
+
+def test_the_reports_modules_load_beside_the_queries_and_a_failed_import_waits_for_its_use() -> (
+    None
+):
+    # In a fresh interpreter (this one has the reports loaded): the driver's thread that
+    # loads what comes after the last query, while the queries run.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from piserini_ray.runtime.scheduler import AFTER_THE_QUERIES, _load_meanwhile\n"
+        "assert 'piserini_ray.report.html' not in sys.modules\n"
+        "_load_meanwhile((*AFTER_THE_QUERIES, 'piserini_ray.no_such_module')).join()\n"
+        "import piserini_ray\n"
+        "print('piserini_ray.report.html' in sys.modules, callable(piserini_ray.report))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]
