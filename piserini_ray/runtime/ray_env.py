@@ -73,8 +73,12 @@ def ensure_private_token() -> Path | None:
             "(keys included). Unset RAY_AUTH_MODE (or set it to token)"
         )
     os.environ["RAY_AUTH_MODE"] = "token"
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return None
+    path = None if os.environ.get("RAY_AUTH_TOKEN") else _private_token_file()
+    _ray_reads_its_settings_again()
+    return path
+
+
+def _private_token_file() -> Path:
     path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -87,6 +91,18 @@ def ensure_private_token() -> Path | None:
         with os.fdopen(fd, "w") as token:
             token.write(secrets.token_hex(32))  # 256 bits, as Ray's own generator
     return path
+
+
+def _ray_reads_its_settings_again() -> None:
+    """A Ray imported before these settings (a notebook's `import ray` first) read its own at
+    import, and its local instance then refused its own driver (`InvalidAuthToken`): it reads
+    them again, as Ray does when it turns token auth on itself."""
+    if "ray" not in sys.modules:
+        return
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 _lock = threading.Lock()

@@ -110,6 +110,33 @@ def test_a_jvm_actor_on_a_ray_started_without_the_jvm_safe_setting_leaves_sigseg
     assert booted == after == "libjvm.so" and npes == 20000
 
 
+def test_a_program_that_imported_ray_first_gets_a_local_ray_that_admits_its_driver() -> None:
+    # Ray reads its settings when it is imported: a notebook's `import ray` before the run
+    # left it with token auth off, and the instance the run started (token auth on) refused
+    # its own driver ("Failed to start GCS ... InvalidAuthToken").
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    result = _run(
+        """
+        import json
+        import ray  # first, with no Ray setting in the environment
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray
+
+        start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))
+
+        @ray.remote
+        def square(x):
+            return x * x
+
+        squares = ray.get([square.remote(i) for i in range(3)], timeout=120)
+        release_ray_async().join()
+        print(json.dumps({"squares": squares}))
+        """,
+        env,
+    )
+    assert result["squares"] == [0, 1, 4]
+
+
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
     result = _run(
         """
