@@ -99,7 +99,7 @@ def _ray_reads_its_settings_again() -> None:
     them again, as Ray does when it turns token auth on itself."""
     if "ray" not in sys.modules:
         return
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
