@@ -59,3 +59,18 @@ def test_undefined_resamples_are_left_out_of_a_kappa_interval() -> None:
     assert low <= cohens_kappa(a, b) <= high and low >= 0 and high <= 1
     assert paired_interval([True] * 4, [True] * 4, cohens_kappa) is None  # never defined
     assert paired_interval([1.0], [0.0], cohens_kappa) is None
+
+
+def test_a_vectorized_statistic_gives_the_interval_of_one_call_per_resample() -> None:
+    # ratio_interval takes every resample at once (a report computes a dozen): the same
+    # resamples, so the same interval as a statistic called once per resample.
+    import numpy as np
+
+    from piserini_ray.metrics.intervals import paired_interval, ratio_interval
+
+    rng = np.random.default_rng(7)
+    for n in (3, 40, 830):
+        den = rng.integers(1, 6, n).astype(float)
+        num = np.minimum(den, rng.integers(0, 6, n)).astype(float)
+        one_by_one = paired_interval(num, den, lambda a, b: float(a.sum() / b.sum()), seed=n)
+        assert one_by_one is not None and ratio_interval(num, den, seed=n) == one_by_one
