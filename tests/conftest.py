@@ -4,9 +4,9 @@ module of the runtime shares (`module_ray`)."""
 
 from __future__ import annotations
 
-import atexit
 import faulthandler
 import functools
+import gc
 import os
 import re
 import secrets
@@ -286,25 +286,14 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------- the session's end
-# The session ends by pytest's own path: its exit status, and every atexit handler (coverage's
-# too). Ray is let go on the main thread before Python finalizes, as its own atexit hook would.
-#
-# What is left after that is C++ teardown (static destructors), and there this process, which
-# has hosted a JVM, Ray drivers, Ray test clusters, torch and gRPC, has aborted at random after a
-# green report ("terminate called without an active exception", 1 of 2 full runs here): Ray 2.60
-# leaves its GCS client's io thread and gRPC's threads running after ray.shutdown(), and their
-# static teardown races. Ray's own aborts that we could pin down are cured at their roots
-# (runtime/shipping.py, retrieval/jvm.py); this one is not yet. So, only when pytest ended the
-# session itself (its status known below), the last atexit handler runs the remaining ones
-# and ends the process with that status, skipping only the C++ static destructors. A session
-# that an exception ended (a raising hook) is left to Python, which reports it and exits 1
-# (tests/test_session_exit.py checks both, and that atexit handlers run).
-_final_status: list[int] = []
-_session: list[pytest.Session] = []
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _session.append(session)
+# The session ends by pytest's own path: its exit status, every atexit handler (coverage's
+# too), Python's finalization and C++ teardown (tests/test_session_exit.py). Ray is let go on
+# the main thread first, as its own atexit hook would, and what the tests left of it (actor
+# handles, GCS clients of clusters they started) is collected while Ray is still whole, so
+# that their threads are joined by their own destructors and not met by C++ teardown.
+# The native crashes this process used to end with each had a cause of its own, cured where
+# it lay: a threaded actor destroyed before its first task (runtime/shipping.py), faulthandler
+# in front of the JVM (retrieval/jvm.py).
 
 
 @pytest.hookimpl(trylast=True)
@@ -312,20 +301,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
-    if _session:
-        _final_status.append(int(_session[-1].exitstatus))
-
-
-def _end_without_native_teardown() -> None:
-    # An exception that escaped pytest (a raising hook) was printed by Python, which set
-    # sys.last_value and exits 1: that path is left to Python, whatever the session's status.
-    if not _final_status or getattr(sys, "last_value", None) is not None:
-        return
-    atexit.unregister(_end_without_native_teardown)
-    atexit._run_exitfuncs()  # the handlers registered before this one, as Python would run them
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(_final_status[-1])
-
-
-atexit.register(_end_without_native_teardown)  # registered first of the session's: runs last
+    gc.collect()

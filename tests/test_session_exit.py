@@ -10,15 +10,17 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 #: One quick test of the suite, so that the session loads the real conftest and settings.
 QUICK = "tests/test_errors.py::test_every_error_pickles_to_itself"
 
 
-def _session(tmp_path: Path, plugin: str) -> subprocess.CompletedProcess[str]:
+def _session(tmp_path: Path, plugin: str, test: str = QUICK) -> subprocess.CompletedProcess[str]:
     (tmp_path / "session_probe.py").write_text(textwrap.dedent(plugin))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", QUICK, "-q", "-p", "session_probe",
+        [sys.executable, "-m", "pytest", test, "-q", "-p", "session_probe",
          "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
@@ -66,3 +68,26 @@ def test_a_failing_test_fails_the_session(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert " failed in " in done.stdout and " passed" not in done.stdout
+
+
+@pytest.mark.heavy  # its session starts Ray
+def test_a_session_that_ran_ray_ends_by_its_own_path_without_a_native_crash(
+    tmp_path: Path,
+) -> None:
+    # No os._exit in the conftest: a session that started Ray and its actors goes through
+    # finalization and C++ teardown like any other.
+    done = _session(
+        tmp_path,
+        """
+        import atexit
+
+        atexit.register(lambda: print("atexit handler ran", flush=True))
+        """,
+        "tests/runtime/test_startup.py::test_no_index_server_until_a_node_lacks_the_index",
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "1 passed" in done.stdout and "atexit handler ran" in done.stdout
+    for crash in ("terminate called", "Fatal Python error", "Aborted", "Segmentation fault"):
+        assert crash not in output, output
+    assert "os._exit" not in (ROOT / "tests" / "conftest.py").read_text()
