@@ -205,6 +205,12 @@ class _App:
         self.bill = Bill()
         self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: `OfflineProvider.hold`: requests still answered before the gate closes (None: open),
+        #: the gate held requests wait on, and how many wait.
+        self.answered_before_hold: int | None = None
+        self.gate = asyncio.Event()
+        self.held = 0
+        self.held_changed = threading.Condition(self.lock)
         self._seq = itertools.count(1)
         self.quotas = Quotas(config.quotas)
         signer = anthropic.Signer(os.urandom(32))
@@ -295,6 +301,7 @@ class _App:
         """One request through the pipeline (an HTTP request, or a request of a batch), its
         response, the record kept in the request log and its usage on the bill."""
         try:
+            await self._at_the_gate()
             try:
                 response = await self._pipeline(codec, headers, read, record)
             except Problem as problem:
@@ -329,6 +336,24 @@ class _App:
             return body
 
         return await self.execute(codec, headers, read, record)
+
+    async def _at_the_gate(self) -> None:
+        """`OfflineProvider.hold`: past the requests still answered, wait for `release`."""
+        with self.lock:
+            if self.answered_before_hold is None:
+                return
+            if self.answered_before_hold > 0:
+                self.answered_before_hold -= 1
+                return
+            gate = self.gate
+            self.held += 1
+            self.held_changed.notify_all()
+        try:
+            await gate.wait()
+        finally:
+            with self.lock:
+                self.held -= 1
+                self.held_changed.notify_all()
 
     # -- the pipeline -------------------------------------------------------------------------
 
@@ -665,6 +690,33 @@ class OfflineProvider:
 
     def reset(self) -> None:
         self._app.reset()
+
+    def hold(self, after: int = 0) -> None:
+        """Answer the next `after` requests, then hold every later one, unanswered, until
+        `release`: a test keeps a run in flight for as long as it needs (to kill a process
+        mid-run), waiting on `wait_held` rather than on a clock."""
+        with self._app.lock:
+            self._app.answered_before_hold = after
+            self._app.gate = asyncio.Event()
+
+    def release(self) -> None:
+        """Answer the held requests, and every later one."""
+        with self._app.lock:
+            self._app.answered_before_hold = None
+            gate = self._app.gate
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the server has stopped
+                self._loop.call_soon_threadsafe(gate.set)
+
+    def wait_held(self, count: int = 1, timeout: float = 300.0) -> bool:
+        """Until at least `count` requests are held (False if `timeout` passed first)."""
+        with self._app.held_changed:
+            return self._app.held_changed.wait_for(lambda: self._app.held >= count, timeout)
+
+    @property
+    def held(self) -> int:
+        with self._app.lock:
+            return self._app.held
 
 
 def serve(

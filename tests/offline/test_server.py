@@ -697,3 +697,20 @@ def test_litellm_sees_scripted_429_with_retry_after(provider: OfflineProvider) -
     headers = getattr(error, "litellm_response_headers", None) or error.response.headers
     assert headers.get("retry-after") == "2"
     assert len(provider.requests) == 1  # litellm did not retry on its own
+
+
+def test_held_requests_wait_unanswered_until_released(provider: OfflineProvider) -> None:
+    # A test keeps a run in flight with `hold` (to kill a process mid-run) and waits on
+    # `wait_held`, an event, instead of a clock.
+    provider.hold(after=1)
+    assert post(provider, chat_body()).status_code == 200  # answered before the gate closed
+    replies: list[httpx.Response] = []
+    late = threading.Thread(target=lambda: replies.append(post(provider, chat_body(), timeout=60)))
+    late.start()
+    assert provider.wait_held(1, timeout=30) and provider.held == 1
+    assert not replies and len(provider.requests) == 1  # held: neither answered nor logged
+    provider.release()
+    late.join(30)
+    assert [r.status_code for r in replies] == [200] and provider.held == 0
+    assert post(provider, chat_body()).status_code == 200  # released: every later one too
+    assert len(provider.requests) == 3

@@ -3,6 +3,12 @@
 Each test brings its own Ray: a simulated multi-node cluster in this process, or a driver
 subprocess that starts (and, killed, leaves behind) its own local instance, which the test ends
 by process group. Never `ray stop`.
+
+The runs' model is the sample's offline agent behind a provider the test holds
+(`OfflineProvider.hold`): past a set number of calls, every call waits unanswered, so a process
+is killed while queries are surely in flight and before the run can end, whatever the
+machine's speed; the test waits on that event (`wait_held`), never on a clock, then releases
+the rest.
 """
 
 from __future__ import annotations
@@ -14,16 +20,40 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 from piserini_ray.config import RunConfig, load_config
+from piserini_ray.offline import OfflineConfig, OfflineProvider
 from piserini_ray.pipeline import run_on_ray
 
 pytestmark = pytest.mark.slow  # Ray instances of their own, killed mid-run
+
+#: The runs' model: the sample's offline agent under a hosted model's name, served by the
+#: test's provider (no prefix caching: a resumed run is billed as a clean one).
+MODEL = "gpt-5.4-mini"
+#: Calls answered before the provider holds the rest: the model checks and at least one whole
+#: query (a query takes 7 to 12 calls, two or three run at once), never the whole run.
+ANSWERED = 30
+
+
+@pytest.fixture
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[OfflineProvider]:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-faults")
+    served = OfflineConfig(prefix_caching=False, model_aliases={MODEL: "offline/heuristic"})
+    with OfflineProvider(served) as running:
+        yield running
+
+
+def _model(provider: OfflineProvider) -> dict[str, str]:
+    return {
+        "model.name": MODEL,
+        "model.litellm_model": f"openai/{MODEL}",
+        "model.api_base": provider.base_url,
+    }
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -33,21 +63,25 @@ def _records(run_dir: Path) -> list[dict]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
 
 
-def _fault_config(index_root: Path, queries: int, seed: int, **more: object) -> RunConfig:
-    """The sample's `queries` (seeded), each model call 0.15 s: runs long enough to hurt."""
+def _fault_config(
+    provider: OfflineProvider, index_root: Path, queries: int, seed: int, **more: object
+) -> RunConfig:
+    """The sample's `queries` (seeded), the model behind the test's `provider`."""
     return load_config(
         None,
         {
             "retrieval.index_root": str(index_root),
             "slice.sample": queries,
             "slice.seed": seed,
-            "offline.latency": {"kind": "fixed", "seconds": 0.15},
+            **_model(provider),
             **more,
         },
     )
 
 
-def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_path: Path) -> None:
+def test_a_worker_node_lost_mid_run(
+    sample_index: Path, index_root: Path, tmp_path: Path, provider: OfflineProvider
+) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -67,6 +101,7 @@ def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_pa
         ray.init(address=cluster.address, log_to_driver=False)
         run_dir = tmp_path / "run"
         config = _fault_config(
+            provider,
             index_root,
             10,
             7,
@@ -81,11 +116,12 @@ def test_a_worker_node_lost_mid_run(sample_index: Path, index_root: Path, tmp_pa
         logs: list[str] = []
 
         def lose_a_node() -> None:
-            deadline = time.monotonic() + 300
-            while len(_records(run_dir)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.2)
+            # Both replicas' two queries each wait on the provider: the node goes mid-query.
+            assert provider.wait_held(4), "the run never had its four queries in flight"
             cluster.remove_node(workers[0])
+            provider.release()
 
+        provider.hold(after=ANSWERED)
         killer = threading.Thread(target=lose_a_node, daemon=True)
         killer.start()
         (summary,) = run_on_ray([(config, run_dir)], logs.append)
@@ -109,17 +145,20 @@ def _summary_lines(stdout: str) -> list[str]:
     """Tool calls per query, and the report row without its run directory (accuracy, recalls,
     calibration, cost)."""
     lines = [line for line in stdout.splitlines() if line.startswith("tool calls")]
-    rows = [line.split("|")[2:] for line in stdout.splitlines() if "| offline/heuristic |" in line]
+    rows = [line.split("|")[2:] for line in stdout.splitlines() if f"| {MODEL} |" in line]
     return lines + ["|".join(row) for row in rows]
 
 
-def _slow_run(sample_index: Path, tmp_path: Path, queries: int, seed: int) -> tuple[Path, Path]:
-    """A config whose run lasts long enough to interrupt, and its run directory."""
-    config = tmp_path / "slow.yaml"
+def _run_config(
+    provider: OfflineProvider, sample_index: Path, tmp_path: Path, queries: int, seed: int
+) -> tuple[Path, Path]:
+    """A run of the sample's `queries` behind the test's `provider`, and its run directory."""
+    config = tmp_path / "run.yaml"
     config.write_text(
         f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
         f"slice: {{sample: {queries}, seed: {seed}}}\n"
-        "offline: {latency: {kind: fixed, seconds: 0.2}}\n"
+        f"model: {{name: {MODEL}, litellm_model: openai/{MODEL}, "
+        f"api_base: '{provider.base_url}'}}\n"
         "runtime: {max_concurrency: 2}\n"
     )
     return config, tmp_path / "run"
@@ -133,6 +172,14 @@ def _driver(config: Path, run_dir: Path, stderr: int) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
+
+
+def _held_mid_run(provider: OfflineProvider, driver: subprocess.Popen, in_flight: int) -> None:
+    """Until `in_flight` queries wait on the provider: every query that could end has been
+    recorded (a replica gets its next query only once the driver wrote the last one's
+    record), and the run cannot end."""
+    assert provider.wait_held(in_flight), "the run never had its queries in flight"
+    assert driver.poll() is None, "the driver ended before it was stopped"
 
 
 def _resume(run_dir: Path, recorded: int, total: int) -> subprocess.CompletedProcess[str]:
@@ -149,26 +196,22 @@ def _resume(run_dir: Path, recorded: int, total: int) -> subprocess.CompletedPro
     return resumed
 
 
-def _wait_for_records(run_dir: Path, count: int, driver: subprocess.Popen | None = None) -> None:
-    """Until the run holds `count` records (5 minutes at most); the driver must still run."""
-    deadline = time.monotonic() + 300
-    while len(_records(run_dir)) < count and time.monotonic() < deadline:
-        assert driver is None or driver.poll() is None, "the driver ended before it was stopped"
-        time.sleep(0.1)
-
-
-def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
-    config, run_dir = _slow_run(sample_index, tmp_path, 12, 5)
+def test_driver_killed_then_resumed(
+    sample_index: Path, tmp_path: Path, provider: OfflineProvider
+) -> None:
+    config, run_dir = _run_config(provider, sample_index, tmp_path, 12, 5)
+    provider.hold(after=ANSWERED)
     driver = _driver(config, run_dir, subprocess.DEVNULL)
     try:
-        _wait_for_records(run_dir, 3, driver)
+        _held_mid_run(provider, driver, 2)
+        recorded = len(_records(run_dir))
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)  # the Ray it started, orphaned by the kill
-    recorded = len(_records(run_dir))
-    assert 3 <= recorded < 12
+        provider.release()
+    assert 1 <= recorded < 12 and len(_records(run_dir)) == recorded
     resumed = _resume(run_dir, recorded, 12)
     records = _records(run_dir)
     ids = [r["query_id"] for r in records]
@@ -198,25 +241,29 @@ def test_driver_killed_then_resumed(sample_index: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_stops_cleanly_and_resume_finishes(
-    sample_index: Path, tmp_path: Path, stop: signal.Signals
+    sample_index: Path, tmp_path: Path, provider: OfflineProvider, stop: signal.Signals
 ) -> None:
     """Ctrl-C, and SIGTERM (what `ray job stop` and schedulers send), stop a run cleanly: the
     same message, no crash trace, and resume runs exactly the rest."""
-    config, run_dir = _slow_run(sample_index, tmp_path, 8, 4)
+    config, run_dir = _run_config(provider, sample_index, tmp_path, 8, 4)
+    provider.hold(after=ANSWERED)
     driver = _driver(config, run_dir, subprocess.PIPE)
     try:
-        _wait_for_records(run_dir, 2)
+        _held_mid_run(provider, driver, 2)
         driver.send_signal(stop)
         _, stderr = driver.communicate(timeout=120)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
+        provider.release()
     assert driver.returncode == 130, stderr[-2000:]
-    assert "interrupted:" in stderr and "they run again, nothing else does" in stderr
+    assert "interrupted: 2 queries in flight were abandoned" in stderr, stderr[-2000:]
+    assert "they run again, nothing else does" in stderr
     assert "Traceback" not in stderr and "SIGTERM received" not in stderr
     raw = (run_dir / "records.jsonl").read_bytes()
     assert raw.endswith(b"\n")  # nothing half-written
     recorded = len(raw.splitlines())
+    assert 1 <= recorded < 8
     _resume(run_dir, recorded, 8)
     ids = [r["query_id"] for r in _records(run_dir)]
     assert len(ids) == len(set(ids)) == 8
@@ -235,20 +282,25 @@ def _in_process_ray() -> None:
     )
 
 
-def _kill_when(run_dir: Path, records: int, pid_of: Callable[[], int], killed: list[int]) -> None:
-    """Once the run holds `records` records, SIGKILL the process `pid_of()` names."""
-    _wait_for_records(run_dir, records)
+def _kill_held(
+    provider: OfflineProvider, in_flight: int, pid_of: Callable[[], int], killed: list[int]
+) -> None:
+    """Once `in_flight` queries wait on the provider, SIGKILL the process `pid_of()` names."""
+    assert provider.wait_held(in_flight), "the run never had its queries in flight"
     pid = pid_of()
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)
 
 
-def test_a_replica_killed_with_sigkill_costs_no_query(index_root: Path, tmp_path: Path) -> None:
+def test_a_replica_killed_with_sigkill_costs_no_query(
+    index_root: Path, tmp_path: Path, provider: OfflineProvider
+) -> None:
     import ray
 
     _in_process_ray()
     run_dir = tmp_path / "run"
     config = _fault_config(
+        provider,
         index_root,
         12,
         11,
@@ -268,9 +320,15 @@ def test_a_replica_killed_with_sigkill_costs_no_query(index_root: Path, tmp_path
         return int(line.rsplit("pids ", 1)[1].rstrip(")"))
 
     killed: list[int] = []
-    killer = threading.Thread(
-        target=_kill_when, args=(run_dir, 2, replica_pid, killed), daemon=True
-    )
+
+    def kill_then_release() -> None:
+        try:  # the replica's three queries wait on the provider: it dies mid-query
+            _kill_held(provider, 3, replica_pid, killed)
+        finally:
+            provider.release()
+
+    provider.hold(after=ANSWERED)
+    killer = threading.Thread(target=kill_then_release, daemon=True)
     killer.start()
     try:
         (summary,) = run_on_ray([(config, run_dir)], log)
@@ -288,7 +346,7 @@ def test_a_replica_killed_with_sigkill_costs_no_query(index_root: Path, tmp_path
 
 
 def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
-    index_root: Path, tmp_path: Path
+    index_root: Path, tmp_path: Path, provider: OfflineProvider
 ) -> None:
     import ray
 
@@ -299,6 +357,7 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
     run_dir = tmp_path / "run"
     rate_limit = {"requests_per_minute": 1000, "window_seconds": 1.0, "window_margin": 0.1}
     config = _fault_config(
+        provider,
         index_root,
         10,
         12,
@@ -313,16 +372,20 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
 
     def kill_then_look() -> None:
         killed: list[int] = []
-        _kill_when(run_dir, 3, limiter_pid, killed)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # until Ray has brought it back
-            with contextlib.suppress(Exception):
-                found = ray.get(ray.get_actor(name).stats.remote(), timeout=5)
-                if found.pid != killed[0]:
-                    stats.append(found)
-                    return
-            time.sleep(0.2)
+        try:  # three queries wait on the provider, their slots granted by the limiter
+            _kill_held(provider, 3, limiter_pid, killed)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # until Ray has brought it back
+                with contextlib.suppress(Exception):
+                    found = ray.get(ray.get_actor(name).stats.remote(), timeout=5)
+                    if found.pid != killed[0]:
+                        stats.append(found)
+                        return
+                time.sleep(0.2)
+        finally:
+            provider.release()
 
+    provider.hold(after=ANSWERED)
     looker = threading.Thread(target=kill_then_look, daemon=True)
     looker.start()
     try:
