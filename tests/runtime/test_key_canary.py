@@ -405,13 +405,15 @@ def test_no_process_without_the_token_joins_from_either_host_and_the_run_complet
         home1 = cluster.host1.dir / "stranger-home"
         home1.mkdir(exist_ok=True)
         env1 = cluster.host1_env()
-        stranger1 = _without(env1, auth) | {"HOME": str(home1)}
+        # Two connection attempts, not Ray's twenty: the cluster is up and would admit them.
+        brief = {"RAY_gcs_server_port_wait_time_s": "2"}
+        stranger1 = _without(env1, auth) | {"HOME": str(home1)} | brief
         # Host 2: as its node's processes, then without the token (and another HOME).
         home2 = cluster.host2.dir / "stranger-home"
         home2.mkdir(exist_ok=True)
         env2 = cluster.host2_environment()
-        stranger2 = _without(env2, auth) | {"HOME": str(home2)}
-        # All at once (each refusal takes Ray's connect retries, some 15 s).
+        stranger2 = _without(env2, auth) | {"HOME": str(home2)} | brief
+        # All at once.
         trying = {
             "host 1, token": _join_on_host1(cluster, env1),
             "host 1, none": _join_on_host1(cluster, stranger1),

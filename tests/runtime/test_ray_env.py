@@ -225,6 +225,7 @@ def test_a_process_without_the_token_cannot_join_the_ray_a_run_started(tmp_path)
         address = ray.get_runtime_context().gcs_address
         env = {{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}}
         env["HOME"] = {str(home)!r}
+        env["RAY_gcs_server_port_wait_time_s"] = "2"  # two attempts: the Ray is up
         # (A stranger that also sets RAY_AUTH_MODE=disabled is refused on the two-host kit:
         # tests/runtime/test_real_cluster.py.)
         done = subprocess.run(
@@ -247,7 +248,7 @@ def test_a_process_without_the_token_cannot_join_the_ray_a_run_started(tmp_path)
         env=driver | {"HOME": str(driver_home)},
     )
     for attempt in result["tried"]:
-        assert "JOINED" not in str(attempt), result
+        assert "JOINED" not in str(attempt) and "REFUSED" in str(attempt), result
     assert result["squares"] == [0, 1, 4]  # the run's own Ray works on
     assert result["auth"] == "token" and result["mode"] == 0o600
 

@@ -191,6 +191,9 @@ def test_an_endpoint_refusing_the_key_stops_the_run_with_exit_2_and_no_failed_re
 
 
 #: A client that tries to join the cluster and reports how that went.
+#: A stranger's connection attempts: two, not Ray's twenty (a second each), since the cluster
+#: is up and would admit it at once if it could.
+BRIEF = {"RAY_gcs_server_port_wait_time_s": "2"}
 JOIN = r"""
 import sys
 import ray
@@ -216,8 +219,9 @@ def test_a_cluster_with_token_auth_refuses_a_client_without_the_token() -> None:
             {"RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN": ""},  # none at all
         ]
         for stranger in strangers:
-            tried = hosts.python(JOIN, hosts.head_address, env=stranger, timeout=180)
+            tried = hosts.python(JOIN, hosts.head_address, env=stranger | BRIEF, timeout=180)
             assert "JOINED" not in tried.stdout, tried.stdout + tried.stderr[-2000:]
+            assert "REFUSED" in tried.stdout, tried.stdout + tried.stderr[-2000:]
         done = hosts.python(
             DRIVER,
             "rehearsal",
