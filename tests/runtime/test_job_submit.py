@@ -26,6 +26,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from piserini_ray.offline import OfflineConfig, OfflineProvider
+
 pytestmark = pytest.mark.slow  # a Ray job submitted, stopped and resubmitted: a minute and a half
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,23 +180,40 @@ def _records(path: Path) -> list[dict]:
 def test_a_submitted_job_stopped_mid_run_resumes_on_the_next_submit(
     ray_head: tuple[str, dict[str, str]], tmp_path: Path, sample_index: Path, index_root: Path
 ) -> None:
+    address, env = ray_head
+    # The sample's offline agent under a hosted model's name, behind a provider this test
+    # holds: past 30 calls every call waits, so the job is stopped mid-run, surely.
+    served = OfflineConfig(
+        prefix_caching=False, model_aliases={"gpt-5.4-mini": "offline/heuristic"}
+    )
+    with OfflineProvider(served) as provider:
+        _stopped_then_resumed(address, env, tmp_path, index_root, provider)
+
+
+def _stopped_then_resumed(
+    address: str, env: dict[str, str], tmp_path: Path, index_root: Path, provider: OfflineProvider
+) -> None:
     from ray._private.runtime_env.packaging import get_uri_for_directory
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    address, env = ray_head
     checkout = _checkout(tmp_path / "clone")
     config = checkout / "configs" / "job_test.yaml"
     config.write_text(
-        "# The sample, slowed down so that the job can be stopped mid-run.\n"
+        "# The sample, its model held by the test so that the job can be stopped mid-run.\n"
         f"slice: {{sample: {QUERIES}}}\n"
         f"retrieval: {{index_root: {index_root}}}\n"
-        "offline: {latency: {kind: fixed, seconds: 0.3}}\n"
+        "model: {name: gpt-5.4-mini, litellm_model: openai/gpt-5.4-mini, "
+        f"api_base: '{provider.base_url}'}}\n"
         "runtime: {max_concurrency: 2}\n"
     )
     client = JobSubmissionClient(
         address, headers={"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"}
     )
-    submit = ["submit", "--address", address, "--working-dir", "."]
+    # The model's key reaches the job as a variable of its runtime env (the offline provider
+    # takes any key).
+    keyed = '{"env_vars": {"OPENAI_API_KEY": "sk-job-test"}}'
+    submit = ["submit", "--address", address, "--working-dir", ".", "--runtime-env-json", keyed]
+    provider.hold(after=30)
     first = _ray_job(env, checkout, *submit, "--submission-id", "job-1", "--no-wait", "--", *JOB)
     assert first.returncode == 0, first.stderr[-3000:]
 
@@ -211,16 +230,18 @@ def test_a_submitted_job_stopped_mid_run_resumes_on_the_next_submit(
     run_dir = Path(found[0])
     assert run_dir.parent == tmp_path / "home" / "runs"
     records = run_dir / "records.jsonl"
-    _wait_for("three records", lambda: records.exists() and len(_records(records)) >= 3)
+    # Both queries in flight wait on the provider: every query that could end is recorded.
+    assert provider.wait_held(2), "the job never had its queries in flight"
 
     stopped = _ray_job(env, checkout, "stop", "--address", address, "job-1")
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     _wait_for("the job to stop", lambda: client.get_job_status("job-1") == JobStatus.STOPPED)
+    provider.release()
     logs = client.get_job_logs("job-1")
     assert "SIGTERM received" not in logs and "Traceback" not in logs, logs[-3000:]
     kept = records.read_bytes()
     done_before = len(_records(records))
-    assert 3 <= done_before < QUERIES, "the job finished before it could be stopped"
+    assert 1 <= done_before < QUERIES, "the job finished before it could be stopped"
 
     # A comment edited in the config gives Ray a new package, and so a fresh working dir.
     package = get_uri_for_directory(str(checkout), include_gitignore=True)
