@@ -97,8 +97,9 @@ def _ray_reads_its_settings_again() -> None:
     """A Ray imported before these settings (a notebook's `import ray` first) read its own at
     import, and its local instance then refused its own driver (`InvalidAuthToken`): it reads
     them again, as Ray does when it turns token auth on itself."""
-    if "ray" not in sys.modules:
-        return
+    ray = sys.modules.get("ray")
+    if ray is None or ray.is_initialized():
+        return  # read at import, or a Ray already up (its settings are not ours to reset)
     from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
