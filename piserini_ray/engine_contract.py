@@ -159,7 +159,11 @@ class Engine(Protocol):
 
     `start` may begin bringing up workers while `prepare` checks the data (idempotent); `judge`
     gives every answer without a verdict one from `config`'s judge model, under the limiter of
-    that model's quota key; `close` lets go of what `run` never took."""
+    that model's quota key; `close` lets go of what `run` never took. `checks_agent_models`:
+    the engine sends each hosted agent model the one-word check (`llm/check.py`) itself, from
+    every node that will call it, before any query, so `prepare` checks only the judges."""
+
+    checks_agent_models: bool
 
     def start(self, configs: list[RunConfig], log: Log) -> None: ...
 

@@ -111,6 +111,8 @@ async def _run_all(
 class LocalEngine:
     """The in-process engine: one searcher and asyncio agent loops, `concurrency` at once."""
 
+    checks_agent_models = False  # `prepare` checks them: this process is where they are called
+
     def __init__(self, concurrency: int = 4) -> None:
         self.concurrency = concurrency
         self.endpoints = ModelEndpoints()

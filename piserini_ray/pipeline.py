@@ -97,7 +97,15 @@ def execute(
     priced = preflight_runs([config for config, _ in runs])
     engine.start([config for config, _ in runs], log)
     with contextlib.ExitStack() as stack:
-        prepared = prepare(runs, log, stack, only=only, priced=priced, retry_failed=retry_failed)
+        prepared = prepare(
+            runs,
+            log,
+            stack,
+            only=only,
+            priced=priced,
+            retry_failed=retry_failed,
+            check_agents=not engine.checks_agent_models,
+        )
         engine.run(prepared, log)
         return [
             summarize(
@@ -213,14 +221,16 @@ def with_epochs(runs: Sequence[tuple[RunConfig, Path | None]]) -> list[tuple[Run
     return expanded
 
 
-def check_models(configs: list[RunConfig], log: Log, include_offline: bool = False) -> None:
+def check_models(
+    configs: list[RunConfig], log: Log, include_offline: bool = False, agents: bool = True
+) -> None:
     """One tiny request to each distinct model of the runs (`llm/check.py`); offline models
-    too with `include_offline` (`run --check`)."""
+    too with `include_offline` (`run --check`); the judges only with `agents=False`."""
     from piserini_ray.endpoints import ModelEndpoints
     from piserini_ray.llm import check
 
     with ModelEndpoints() as endpoints:
-        check.check_models(configs, endpoints.api_base, log, include_offline)
+        check.check_models(configs, endpoints.api_base, log, include_offline, agents)
 
 
 def prepare(
@@ -230,14 +240,16 @@ def prepare(
     only: set[str] | None = None,
     priced: list[PricingTable] | None = None,
     retry_failed: bool = False,
+    check_agents: bool = True,
 ) -> list[PreparedRun]:
     """Check and open every run; the stores close with `stack`. `priced`: the runs' pricing
     tables, when the caller made `preflight_runs` already. Failed queries that were not their
-    own fault (`QueryRecord.retryable`) run again; with `retry_failed`, every failed one."""
+    own fault (`QueryRecord.retryable`) run again; with `retry_failed`, every failed one.
+    `check_agents=False`: the engine checks the agent models itself, where its queries run."""
     if priced is None:
         priced = preflight_runs([config for config, _ in runs])
     # One tiny request per hosted model: a wrong key or model name stops here, in seconds.
-    check_models([config for config, _ in runs], log)
+    check_models([config for config, _ in runs], log, agents=check_agents)
     loaded = []
     for config, _ in runs:
         benchmark = load_benchmark(config.benchmark)

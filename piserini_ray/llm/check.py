@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterable
 
 from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig, RunConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.llm.client_builder import build_client
-from piserini_ray.llm.failures import RetryError
 
 #: The API base of a model under a run's offline settings (`endpoints.ModelEndpoints.api_base`).
 Endpoint = Callable[[ModelConfig, OfflineConfig], str | None]
@@ -20,11 +18,14 @@ CHECK_TIMEOUT = 8.0
 PROMPT = [{"role": "user", "content": "Reply with the single word OK."}]
 
 
-def models_of(configs: Iterable[RunConfig]) -> list[tuple[ModelConfig, RunConfig]]:
-    """Each distinct (route, endpoint, key variable) once, agent and judge models alike."""
+def models_of(
+    configs: Iterable[RunConfig], agents: bool = True
+) -> list[tuple[ModelConfig, RunConfig]]:
+    """Each distinct (route, endpoint, key variable) once, agent and judge models alike
+    (`agents=False`: the judges only)."""
     seen: dict[tuple[str, str | None, str | None], tuple[ModelConfig, RunConfig]] = {}
     for config in configs:
-        for model in (config.model, config.judge_model()):
+        for model in (config.model, config.judge_model()) if agents else (config.judge_model(),):
             key = (model.resolved_litellm_model(), model.api_base, model.api_key_env)
             seen.setdefault(key, (model, config))
     return list(seen.values())
@@ -41,13 +42,23 @@ def check_models(
     endpoint: Endpoint,
     log: Callable[[str], None],
     include_offline: bool = False,
+    agents: bool = True,
 ) -> None:
     """Raise `ConfigError` naming every model whose tiny request failed. Offline models are
-    skipped unless asked (they run on loopback, free; `run --check` includes them)."""
+    skipped unless asked (they run on loopback, free; `run --check` includes them); the agent
+    models too with `agents=False` (an engine that checks them where its queries run)."""
+    checked = [
+        (model, config)
+        for model, config in models_of(configs, agents)
+        if include_offline or not model.is_offline
+    ]
+    if not checked:
+        return  # and litellm, seconds of imports, is not loaded for nothing
+    from piserini_ray.llm.client_builder import build_client
+    from piserini_ray.llm.failures import RetryError
+
     failures = []
-    for model, config in models_of(configs):
-        if model.is_offline and not include_offline:
-            continue
+    for model, config in checked:
         probe = probe_model(model)
         try:
             api_base = endpoint(probe, config.offline)

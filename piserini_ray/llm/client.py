@@ -387,6 +387,10 @@ class LLMClient:
                 api_key=request.api_key,
                 **request.params,
                 logger_fn=_reply_log(logged, lambda: sent.append(True)),
+                # Our tools are functions, never MCP servers: without this, litellm's first
+                # call with tools imports its MCP gateway (mcp, uvicorn: ~1 s of a replica's
+                # first query) only to find none. litellm drops it before the request.
+                _skip_mcp_handler=True,
             )
             failure = None
             call.unreported = False  # its usage is the reply's (or, if none, unknown)

@@ -49,6 +49,10 @@ class RayEngine:
     command's last step: the reports are written meanwhile, and the process waits for it at
     exit); without it, Ray stays up for the next engine of the process."""
 
+    #: Each replica checks its run's hosted model from its node before any query
+    #: (`Dispatcher.model_checks`): a check from the driver too would only repeat the head's.
+    checks_agent_models = True
+
     def __init__(self, release_ray: bool = False) -> None:
         self._bring_up: Future[Replicas] | None = None
         self.endpoints = ModelEndpoints()

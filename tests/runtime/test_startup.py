@@ -74,6 +74,8 @@ def test_a_hosted_model_is_checked_once_per_node_however_many_replicas_and_runs(
     assert "2 searcher replica(s) ready on 1 node(s)" in "\n".join(logged)
     node_checks = [m for m in logged if m.startswith("checked gpt-5.4-mini from node")]
     assert len(node_checks) == 1, logged
+    # and not once more from the driver: the replicas' check is the one that counts
+    assert not [m for m in logged if m.startswith("checked gpt-5.4-mini:")], logged
 
 
 def test_the_reports_modules_load_beside_the_queries_and_a_failed_import_waits_for_its_use() -> (
