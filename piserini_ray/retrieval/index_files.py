@@ -30,7 +30,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from piserini_ray.config.hashing import sha256_of, stamp
 
-#: Files of an index folder that are not part of the index (caches, locks, this list).
+#: Files of an index folder that are not part of the index (caches, locks, this list), by name
+#: at any depth: Lucene leaves its `write.lock` in the `lucene/` folder it wrote.
 _NOT_INDEX = {"files.json", ".lock", "write.lock"}
 #: A file's hash is recorded only once its last change is this old (nanoseconds).
 SETTLE_NS = 2_000_000_000
@@ -104,11 +105,15 @@ class IndexFiles(BaseModel):
         return sum(f.size for f in self.files)
 
 
+def _not_index(path: Path) -> bool:
+    return path.name in _NOT_INDEX
+
+
 def _members(folder: Path) -> list[Path]:
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and p.name not in _NOT_INDEX and ".tmp" not in p.suffixes
+        if p.is_file() and not _not_index(p) and ".tmp" not in p.suffixes
     )
 
 
@@ -177,6 +182,6 @@ def damaged_files(
             relative = path.relative_to(folder).as_posix()
             if path.is_dir() and not path.is_symlink():
                 continue
-            if relative not in listed and relative not in _NOT_INDEX:
+            if relative not in listed and not _not_index(path):
                 bad.append(f"{relative} (not in the index's file list)")
     return bad

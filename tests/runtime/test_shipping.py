@@ -95,6 +95,21 @@ def test_a_node_records_what_it_hashed_once_settled(
     }
 
 
+def test_the_lock_lucene_leaves_in_a_subfolder_is_not_an_extra_file(
+    tmp_path: Path, home: Path
+) -> None:
+    """The index folder pyserini writes keeps Lucene's `lucene/write.lock`: the driver's own
+    node uses its folder as it is, and ships nothing to itself."""
+    folder = _index(tmp_path / "idx")
+    (folder / "lucene").mkdir()
+    (folder / "lucene" / "write.lock").write_bytes(b"")
+    files = index_files(folder)
+    assert "lucene/write.lock" not in [f.path for f in files.files]
+    assert verified(folder, files) == []
+    source = IndexSource(path=str(folder), files=files, server="none")
+    assert local_index(source) == folder
+
+
 def test_an_extra_file_is_refused(tmp_path: Path, home: Path) -> None:
     folder = _index(tmp_path / "idx")
     files = index_files(folder)
