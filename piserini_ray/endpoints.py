@@ -15,6 +15,7 @@ import threading
 from types import TracebackType
 
 from piserini_ray.config import ModelConfig, OfflineConfig
+from piserini_ray.llm.routes import route_provider
 
 
 class ModelEndpoints:
@@ -36,8 +37,6 @@ class ModelEndpoints:
                 provider = self._stack.enter_context(OfflineProvider(offline))
                 self._started[key] = provider.base_url
             base = self._started[key]
-        from piserini_ray.llm.client import route_provider  # litellm: only when served here
-
         # litellm's Anthropic route adds `/v1/messages` to the host itself.
         return base.removesuffix("/v1") if route_provider(model) == "anthropic" else base
 

@@ -62,7 +62,7 @@ def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
         )
     if tier == "standard":
         return
-    from piserini_ray.llm.client import route_provider  # litellm: only when a tier asks
+    from piserini_ray.llm.routes import route_provider
 
     provider = route_provider(model)
     if provider not in TIER_PROVIDERS[tier]:

@@ -31,6 +31,7 @@ from piserini_ray.llm.error_catalogue import classify
 from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.provider_errors import note_reply_body
 from piserini_ray.llm.retry import retrying
+from piserini_ray.llm.routes import route_provider
 from piserini_ray.llm.secrets import hold, key_variable, scrub
 from piserini_ray.llm.usage import (
     ReportedPrompts,
@@ -42,16 +43,6 @@ from piserini_ray.llm.usage import (
 from piserini_ray.records import Usage
 
 litellm.suppress_debug_info = True
-
-
-def route_provider(model: ModelConfig) -> str:
-    """litellm's provider of the model's route (`openai`, `anthropic`, `deepseek`, ...); an
-    offline model goes through the OpenAI route to the loopback provider; "unknown" for a
-    route litellm does not know (its own call then says what is wrong)."""
-    try:
-        return str(litellm.get_llm_provider(model.resolved_litellm_model())[1])
-    except Exception:
-        return "unknown"
 
 
 class Batcher(Protocol):

@@ -28,6 +28,7 @@ from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig
 from piserini_ray.config.secrets import SECRET_NAME
+from piserini_ray.llm.routes import route_provider
 
 #: Shorter values are not keys (flags like "1" or "true") and replacing them would mangle text.
 MIN_SECRET_LENGTH = 8
@@ -88,13 +89,10 @@ def key_variable(model: ModelConfig, api_base: str | None = None) -> str | None:
         return model.api_key_env
     if model.is_offline or (api_base or model.api_base) is not None:
         return None
-    import litellm
-
-    try:
-        provider = litellm.get_llm_provider(model=model.resolved_litellm_model())[1]
-    except Exception:  # an unknown route: litellm's own call says what is wrong
+    provider = route_provider(model)
+    if provider == "unknown":  # an unknown route: litellm's own call says what is wrong
         return None
-    return f"{str(provider).upper().replace('-', '_')}_API_KEY"
+    return f"{provider.upper().replace('-', '_')}_API_KEY"
 
 
 def hold_keys_of(models: Iterable[ModelConfig]) -> None:

@@ -71,8 +71,9 @@ REPROBE_SECONDS = 0.5
 #: not one per finished query).
 WAITING_EVERY = 1.0
 #: What the driver needs after the last query, loaded while it only waits on the replicas: the
-#: reports' modules (SciPy and matplotlib, 1.5 s between the last query and the report).
-AFTER_THE_QUERIES = ("piserini_ray.report",)
+#: judge's (litellm: 3 s) and the reports' modules (SciPy and matplotlib, 1.5 s between the last
+#: query and the report).
+AFTER_THE_QUERIES = ("piserini_ray.runtime.judging", "piserini_ray.judge", "piserini_ray.report")
 #: Calls sent to a replica that has just come up, each with what to do with its result.
 OnUp = Callable[["_Group", int], dict[Any, Callable[[Any], None]]]
 
@@ -431,7 +432,9 @@ class Dispatcher:
         self.attempts: dict[tuple[str, str], int] = {}
         self.progress = Progress(len(self.queue))
         self._asked_limiters = 0.0
-        self._handed: dict[str, dict[str, SecretStr]] = {}
+        #: Each run's model key, read once here on the driver (`secrets.driver_keys`), before
+        #: any query: the reports' loading thread and this one never import at once.
+        self._handed = {str(r.run_dir): driver_keys([r.config.model]) for r in runs}
         #: Each batch-tier run's batcher actor, by run directory.
         self.batchers: dict[str, Any] = {}
         #: The model checks sent (node, model, endpoint, keys), and what did not answer.
@@ -441,14 +444,15 @@ class Dispatcher:
     def start_batchers(self) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
         replica hands it its queries' turns, so one batch holds the turns of the whole run."""
-        # Imported here: litellm comes with them (seconds), and `bring_up` imports this module
-        # before it starts the replicas.
+        batched = [plan for plan in self.runs if plan.config.model.service_tier == "batch"]
+        if not batched:
+            return  # and litellm, seconds of imports beside the first queries, stays unloaded
+        # Imported here: litellm comes with them, and `bring_up` imports this module before it
+        # starts the replicas.
         from piserini_ray.llm.client import LLMClient
         from piserini_ray.runtime.batcher_actor import start_batcher
 
-        for plan in self.runs:
-            if plan.config.model.service_tier != "batch":
-                continue
+        for plan in batched:
             name = f"{self.replicas.prefix}-batcher-{plan.store.config_hash[:12]}"
             base = self.bases[str(plan.run_dir)]
             # The key the run's clients send (the driver's, or none for a loopback endpoint).
@@ -530,12 +534,9 @@ class Dispatcher:
         )
 
     def _keys(self, plan: PreparedRun) -> dict[str, SecretStr]:
-        """The run's model key, read once here on the driver (see `secrets.driver_keys`):
-        handed with each call as an argument of its own, never inside the job (`QueryJob`)."""
-        name = str(plan.run_dir)
-        if name not in self._handed:
-            self._handed[name] = driver_keys([plan.config.model])
-        return self._handed[name]
+        """The run's model key: handed with each call as an argument of its own, never inside
+        the job (`QueryJob`)."""
+        return self._handed[str(plan.run_dir)]
 
     def model_checks(self, group: _Group, index: int) -> dict[Any, Callable[[Any], None]]:
         """Before anything is spent: each hosted model answers the one-word check from every
