@@ -25,11 +25,13 @@ from _common import append_results, header
 
 #: The Ray engine's makespan over the local engine's, at most (issue 32).
 GOAL = 1.3
-#: Log lines that open each phase, in order.
+#: Log lines that open each phase, in order (any of the markers). The queries are done when
+#: the judging after them starts, or, on Ray (which judges each answer as it comes), when the
+#: judging beside them has ended.
 PHASES = {
-    "ray up": "started a local Ray instance",
-    "replicas ready": "searcher replica(s) ready",
-    "judging": "judging ",
+    "ray up": ("started a local Ray instance",),
+    "replicas ready": ("searcher replica(s) ready",),
+    "queries done": ("judging ", "answers judged while the queries ran"),
 }
 
 
@@ -46,8 +48,8 @@ def run_once(engine: str, home: Path, address: str | None = None) -> tuple[float
     ) as process:  # fmt: skip
         assert process.stderr is not None
         for line in process.stderr:
-            for phase, marker in PHASES.items():
-                if marker in line and phase not in seen:
+            for phase, markers in PHASES.items():
+                if any(m in line for m in markers) and phase not in seen:
                     seen[phase] = time.monotonic() - started
         if process.wait() != 0:
             raise SystemExit(f"the {engine} run failed")
@@ -89,7 +91,7 @@ def main() -> None:
             cluster.shutdown()
     lines = header("Engines: the main job end to end", "The sample, 100 questions, offline.")
     lines += [
-        "| engine | makespan (s) | Ray started (s) | replicas ready (s) | judging starts (s) |",
+        "| engine | makespan (s) | Ray started (s) | replicas ready (s) | queries done (s) |",
         "|---|---|---|---|---|",
     ]
     for engine, runs in results.items():

@@ -47,6 +47,9 @@ class PreparedRun:
     #: Set when more than `runtime.max_failure_rate` of the todo list failed: nothing more
     #: starts, and the run exits non-zero.
     failure_stop: str | None = None
+    #: Judge each answer as its record is written, while the other queries run (the Ray
+    #: engine: `runtime/judge_alongside.py`): set when the caller judges next (`run_and_report`).
+    judge_as_they_come: bool = False
 
     @property
     def wanted(self) -> set[str]:

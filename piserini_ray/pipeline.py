@@ -87,11 +87,14 @@ def execute(
     log: Log,
     only: set[str] | None = None,
     retry_failed: bool = False,
+    judged_next: bool = False,
 ) -> list[RunSummary]:
     """preflight -> engine start -> prepare -> engine run -> a summary per run (the judging and
     reports are `finish`). The engine stays open (the caller closes it: it judges next).
     `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to
-    do. `retry_failed`: run every failed query again (`prepare`)."""
+    do. `retry_failed`: run every failed query again (`prepare`). `judged_next`: the caller
+    judges the runs next, so an engine may judge each answer as it comes
+    (`PreparedRun.judge_as_they_come`)."""
     # A config mistake stops before the engine starts; then its workers come up while the data
     # is checked.
     priced = preflight_runs([config for config, _ in runs])
@@ -106,6 +109,8 @@ def execute(
             retry_failed=retry_failed,
             check_agents=not engine.checks_agent_models,
         )
+        for run in prepared:
+            run.judge_as_they_come = judged_next
         engine.run(prepared, log)
         return [
             summarize(
@@ -393,13 +398,11 @@ def judge_run(
     (without trajectories or rankings: the judge reads the answers only)."""
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
-    primary = config.judge_model()
     with RunStore(run_dir, config, log=log) as store:
         records = _answers(store, wanted)
-        judges = {m.name: m for m in (primary, *config.judge.models, *extra_judges)}
+        judges = {m.name: m for m in (*config.judge_panel(), *extra_judges)}
         for model in judges.values():  # the run's own judge (or panel) first, each once
-            one = config.judge.model_copy(update={"model": model, "models": []})
-            judged = config.model_copy(update={"judge": one})
+            judged = config.judged_by(model)
             preflight_judge(judged)
             engine.judge(judged, store, records, wanted, log)
     return records
@@ -605,7 +608,9 @@ def run_and_report(
     job's exit status (the worst of its runs': `RunSummary.exit_status`)."""
     named = [(config, (run_dir or default_run_dir(config)).absolute()) for config, run_dir in runs]
     with _closing(engine):
-        summaries = execute(with_epochs(named), engine, log, retry_failed=retry_failed)
+        summaries = execute(
+            with_epochs(named), engine, log, retry_failed=retry_failed, judged_next=True
+        )
         for summary in summaries:
             on_summary(summary)
         report = report_runs(named, log, engine, reference=reference)

@@ -123,6 +123,17 @@ class RunConfig(StrictModel):
             return ModelConfig(name=OFFLINE_JUDGE)  # a free rehearsal gets a free judge
         return ModelConfig(name=DEFAULT_JUDGE, reasoning_effort="low", call_timeout=180.0)
 
+    def judge_panel(self) -> list[ModelConfig]:
+        """The run's judges, each once by name: the primary (`judge_model`) first, then the
+        rest of a panel (`judge.models`)."""
+        judges = {m.name: m for m in (self.judge_model(), *self.judge.models)}
+        return list(judges.values())
+
+    def judged_by(self, model: ModelConfig) -> RunConfig:
+        """This config with `model` as its one judge: how each judge of a panel judges."""
+        one = self.judge.model_copy(update={"model": model, "models": []})
+        return self.model_copy(update={"judge": one})
+
     def config_hash(self, with_offline: bool = False) -> str:
         """A short hash of everything that shapes a run's results (the run's identity): the
         `IDENTITY` fields of each model (`config/base.py`), data files by content, not path.

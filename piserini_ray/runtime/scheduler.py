@@ -48,6 +48,7 @@ from piserini_ray.retrieval.index import find_index
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
+from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
@@ -372,10 +373,14 @@ def run_prepared(
             dispatcher.raise_check_failures()
             replicas.start_judge_limiters([r.config for r in todo])
             dispatcher.start_batchers()
-            loading = _load_meanwhile(AFTER_THE_QUERIES)
+            dispatcher.alongside = alongside = JudgeAlongside(todo, endpoints, log)
+            loading = _load_meanwhile(AFTER_THE_QUERIES, after=alongside.imported)
+            interrupted = True
             try:
                 dispatcher.run()
+                interrupted = False
             finally:
+                alongside.close(cancel=interrupted)
                 loading.join()  # no import of the driver's may meet it half-done
         finally:
             gateways.close()
@@ -385,12 +390,17 @@ def run_prepared(
             replicas.close()
 
 
-def _load_meanwhile(modules: tuple[str, ...]) -> threading.Thread:
-    """Import `modules` on a thread of their own. Started once the queries go out: from then
-    on the driver's own thread imports nothing they share (two threads importing the same
-    package's modules at once have failed in importlib)."""
+def _load_meanwhile(
+    modules: tuple[str, ...], after: threading.Event | None = None
+) -> threading.Thread:
+    """Import `modules` on a thread of their own, once `after` is set (another thread's
+    imports are done). Started once the queries go out: from then on the driver's own thread
+    imports nothing they share (two threads importing the same package's modules at once
+    have failed in importlib)."""
 
     def load() -> None:
+        if after is not None:
+            after.wait()
         for name in modules:
             with contextlib.suppress(Exception):  # a failed import is raised where it is used
                 importlib.import_module(name)
@@ -440,6 +450,8 @@ class Dispatcher:
         #: The model checks sent (node, model, endpoint, keys), and what did not answer.
         self._checked: set[tuple[str, str, str, tuple[str, ...]]] = set()
         self.check_failures: list[str] = []
+        #: Judges each answer as it comes, for the runs judged next (`run_prepared` sets it).
+        self.alongside: JudgeAlongside | None = None
 
     def start_batchers(self) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
@@ -629,6 +641,8 @@ class Dispatcher:
                 self._retry_or_fail(flight, exc, "replica error")
             return
         flight.plan.complete(record, self.progress)
+        if self.alongside is not None:
+            self.alongside.submit(flight.plan, flight.query, record)
 
     def _retry_or_fail(self, flight: _InFlight, exc: BaseException, what: str) -> None:
         """Infrastructure is not the query's fault: run it again, and only after
