@@ -43,16 +43,15 @@ class JudgeAlongside:
     ) -> None:
         #: Each run's judges that judge here, by run directory (a batch-tier judge waits for
         #: the whole run: its Batch API call takes every answer at once).
-        self.judges = {
-            str(plan.run_dir): [
+        self.judges: dict[str, list[RunConfig]] = {}
+        for plan in runs:
+            judges = [
                 plan.config.judged_by(model)
                 for model in plan.config.judge_panel()
                 if model.service_tier != "batch"
             ]
-            for plan in runs
-            if plan.judge_as_they_come
-        }
-        self.judges = {run: judges for run, judges in self.judges.items() if judges}
+            if plan.judge_as_they_come and judges:
+                self.judges[str(plan.run_dir)] = judges
         self.endpoints = endpoints
         self.log = log
         self.judged = 0
@@ -89,7 +88,7 @@ class JudgeAlongside:
     def close(self, cancel: bool = False) -> None:
         """Wait for every verdict handed over (`cancel`: drop the calls in flight; their
         answers are judged after the run), then end the thread."""
-        if not self._thread.is_alive():
+        if not self.judges:
             return
         with self._lock:
             self._closing, self._cancel = True, cancel
