@@ -5,7 +5,7 @@ queries still run, so the judging no longer starts after the last query.
 The driver's thread only hands each record over (`submit`: no import, no call); one thread of
 its own imports the judge (litellm: seconds, while the replicas work) and runs an asyncio loop
 with `judge.concurrency` calls at once per judge, through the same client, limiter and
-endpoint as the judging after the run (`judging.judge_on_ray`), and writes each verdict into
+endpoint as the judging after the run (`judging.judge_client`), and writes each verdict into
 the run's store as it comes. What it has not judged when the queries end (a judge that
 failed, a call cut by Ctrl-C, a batch-tier judge, which is never judged here) the judging
 after the run does: it judges every answer without a verdict, so nothing is judged twice or
@@ -28,8 +28,8 @@ from piserini_ray.engine_contract import PreparedRun
 from piserini_ray.records import QueryRecord
 from piserini_ray.store import RunStore
 
-#: What the judging needs, imported on this module's own thread.
-JUDGE_MODULES = ("piserini_ray.judge", "piserini_ray.llm.client_builder")
+#: What the judging needs (the judge, litellm), imported on this module's own thread.
+JUDGE_MODULE = "piserini_ray.runtime.judging"
 
 #: A record handed over: the run's judges (one config each), its store, the query, the record.
 _Item = tuple[list[RunConfig], RunStore, Query, QueryRecord]
@@ -106,8 +106,7 @@ class JudgeAlongside:
 
     def _main(self) -> None:
         try:
-            for name in JUDGE_MODULES:
-                importlib.import_module(name)
+            importlib.import_module(JUDGE_MODULE)
         except Exception as exc:  # the judging after the run raises it where it is used
             self._broken = f"{type(exc).__name__}: {exc}"
             return
@@ -120,8 +119,7 @@ class JudgeAlongside:
 
     async def _serve(self) -> None:
         from piserini_ray.judge import judge_one
-        from piserini_ray.llm.client_builder import build_client
-        from piserini_ray.runtime.limiter_actor import RayLimiters
+        from piserini_ray.runtime.judging import judge_client
 
         wake = asyncio.Event()
         with self._lock:
@@ -135,13 +133,8 @@ class JudgeAlongside:
         ) -> None:
             key = (id(store), judged.judge_model().name)
             if key not in clients:
-                client = build_client(
-                    judged.judge_model(),
-                    judged.retry,
-                    judged.offline,
-                    api_base=self.endpoints.api_base(judged.judge_model(), judged.offline),
-                    limiters=RayLimiters(start=True),  # the run's judge limiter, started already
-                )
+                api_base = self.endpoints.api_base(judged.judge_model(), judged.offline)
+                client = judge_client(judged, api_base)  # the judging after the run's
                 clients[key] = (client, asyncio.Semaphore(judged.judge.concurrency))
             client, gate = clients[key]
             async with gate:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query
 from piserini_ray.judge import judge_records
+from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.client_builder import build_client
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.runtime.limiter_actor import RayLimiters
@@ -27,11 +28,17 @@ def judge_on_ray(
     (so runs and other judges on the cluster share its quota). Judging waits on HTTP: one
     asyncio loop holds `judge.concurrency` calls at once, and Ray tasks would only add worker
     start-up (bench/engines.py). Each verdict is written as it arrives."""
-    client = build_client(
+    client = judge_client(config, api_base)
+    return asyncio.run(judge_records(config, store, records, queries, client, log))
+
+
+def judge_client(config: RunConfig, api_base: str | None) -> LLMClient:
+    """The client of `config`'s judge on Ray: under the judge's cluster-wide limiter (the
+    run's, or a new one), at `api_base`."""
+    return build_client(
         config.judge_model(),
         config.retry,
         config.offline,
         api_base=api_base,
-        limiters=RayLimiters(start=True),  # the run's limiter, or a new one
+        limiters=RayLimiters(start=True),
     )
-    return asyncio.run(judge_records(config, store, records, queries, client, log))

@@ -72,9 +72,9 @@ REPROBE_SECONDS = 0.5
 #: not one per finished query).
 WAITING_EVERY = 1.0
 #: What the driver needs after the last query, loaded while it only waits on the replicas: the
-#: judge's (litellm: 3 s) and the reports' modules (SciPy and matplotlib, 1.5 s between the last
-#: query and the report).
-AFTER_THE_QUERIES = ("piserini_ray.runtime.judging", "piserini_ray.judge", "piserini_ray.report")
+#: reports' modules (SciPy and matplotlib, 1.5 s between the last query and the report). The
+#: judge's come with the judging beside the queries (`judge_alongside.py`).
+AFTER_THE_QUERIES = ("piserini_ray.report",)
 #: Calls sent to a replica that has just come up, each with what to do with its result.
 OnUp = Callable[["_Group", int], dict[Any, Callable[[Any], None]]]
 
