@@ -1,9 +1,9 @@
 """What the agent's first call with tools loads: a replica's first query must not wait on
 litellm's MCP gateway (seconds of imports on a busy node), since our tools are functions."""
 
-import subprocess
-import sys
 import textwrap
+
+from helpers import fresh_python
 
 #: A fresh process (no other test has imported anything there): the agent's call with the
 #: three tools, through `LLMClient`, to the offline provider on loopback.
@@ -36,8 +36,5 @@ PROGRAM = textwrap.dedent(
 
 
 def test_a_call_with_function_tools_reaches_the_provider_without_loading_the_mcp_gateway() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "no MCP gateway", done.stdout
+    out = fresh_python(PROGRAM)
+    assert out.strip().splitlines()[-1] == "no MCP gateway", out

@@ -3,11 +3,9 @@ names its provider, and always litellm's own answer."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import litellm
 import pytest
+from helpers import fresh_python
 
 from piserini_ray.config import ModelConfig
 from piserini_ray.llm.routes import route_provider
@@ -52,6 +50,4 @@ def test_a_route_that_names_its_provider_loads_no_litellm() -> None:
         "print(route_provider(ModelConfig(name='m', litellm_model='anthropic/claude-opus-4-5')),"
         " 'litellm' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["anthropic", "False"]
+    assert fresh_python(script).split() == ["anthropic", "False"]

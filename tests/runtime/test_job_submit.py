@@ -20,11 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 
@@ -40,15 +41,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 300) -> None:
-    """Wait for a state, not a duration (the deadline only turns a hang into a failure)."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _processes_of(marker: str) -> set[int]:
@@ -226,7 +218,7 @@ def _stopped_then_resumed(
         assert client.get_job_status("job-1") in (JobStatus.PENDING, JobStatus.RUNNING)
         return bool(found)
 
-    _wait_for("the job to print its run directory", run_dir_printed)
+    wait_for("the job to print its run directory", run_dir_printed)
     run_dir = Path(found[0])
     assert run_dir.parent == tmp_path / "home" / "runs"
     records = run_dir / "records.jsonl"
@@ -235,7 +227,7 @@ def _stopped_then_resumed(
 
     stopped = _ray_job(env, checkout, "stop", "--address", address, "job-1")
     assert stopped.returncode == 0, stopped.stderr[-3000:]
-    _wait_for("the job to stop", lambda: client.get_job_status("job-1") == JobStatus.STOPPED)
+    wait_for("the job to stop", lambda: client.get_job_status("job-1") == JobStatus.STOPPED)
     provider.release()
     logs = client.get_job_logs("job-1")
     assert "SIGTERM received" not in logs and "Traceback" not in logs, logs[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.config import OFFLINE_JUDGE, load_config
 from piserini_ray.offline import OfflineConfig, OfflineProvider
@@ -73,7 +74,11 @@ def test_answers_are_judged_while_other_queries_still_run_and_each_once(
             assert records, "a query has ended before the hold"
             judgements = run_dir / "judgements" / f"{safe_component(OFFLINE_JUDGE)}.jsonl"
             ended = {r["query_id"] for r in records}
-            assert _wait_for(lambda: {j["query_id"] for j in _lines(judgements)} == ended)
+            wait_for(
+                "the verdicts of the answers written",
+                lambda: {j["query_id"] for j in _lines(judgements)} == ended,
+                deadline_s=60,
+            )
             assert len(ended) < QUERIES  # judged while the other queries were still running
         finally:
             provider.release()
@@ -84,14 +89,3 @@ def test_answers_are_judged_while_other_queries_still_run_and_each_once(
     assert len(verdicts) == QUERIES  # each once: the judging after the run had nothing left
     assert any(m.endswith("answers judged while the queries ran") for m in logged), logged
     assert not any(m.startswith("judging ") for m in logged), logged
-
-
-def _wait_for(condition: object, attempts: int = 600) -> bool:
-    """Until `condition()` holds, looking every 0.1 s (the judge answers on its own)."""
-    import time
-
-    for _ in range(attempts):
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return False

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from helpers import fresh_python
 from test_shipping import FILES, _index
 
 from piserini_ray.runtime.shipping import _fetch, serve_index, verified
@@ -83,9 +84,6 @@ def test_the_reports_modules_load_beside_the_queries_and_a_failed_import_waits_f
 ):
     # In a fresh interpreter (this one has the reports loaded): the driver's thread that
     # loads what comes after the last query, while the queries run.
-    import subprocess
-    import sys
-
     script = (
         "import sys\n"
         "from piserini_ray.runtime.scheduler import AFTER_THE_QUERIES, _load_meanwhile\n"
@@ -94,6 +92,4 @@ def test_the_reports_modules_load_beside_the_queries_and_a_failed_import_waits_f
         "import piserini_ray\n"
         "print('piserini_ray.report.html' in sys.modules, callable(piserini_ray.report))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["True", "True"]
+    assert fresh_python(script).split() == ["True", "True"]

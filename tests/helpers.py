@@ -1,0 +1,27 @@
+"""Small helpers the tests share: a state waited for, and a program run in a fresh
+interpreter (what a module loads is seen only where nothing was imported yet)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+
+def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 300) -> None:
+    """Wait for a state, not a duration (the deadline only turns a hang into a failure)."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def fresh_python(program: str, timeout: float = 120) -> str:
+    """`program`'s standard output, run by `python -c` in a new interpreter; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
