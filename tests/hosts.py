@@ -103,6 +103,10 @@ RAY_SWITCHES = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",  # Ray's multi-node switch (0 in conftest)
     "RAY_AUTH_MODE": "token",
     "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1",
+    # Idle workers on every node from its start, with the model client loaded before a replica
+    # takes one, as docs/guides/cluster.md has every node's `ray start` do (`piserini_ray/warm.py`).
+    "RAY_enable_worker_prestart": "1",
+    "RAY_preload_python_modules": "piserini_ray.warm",
 }
 #: Variables of the test's environment that must not leak into host 1 or its drivers.
 DROPPED = ("RAY_ADDRESS", "RAY_TMPDIR", "RAY_AUTH_TOKEN_PATH")

@@ -49,6 +49,7 @@ from piserini_ray.retrieval.index_files import (
     unsafe_name,
     write_json_cache,
 )
+from piserini_ray.warm import COLD_ENV
 
 #: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
 #: enough that a fetch holds a few dozen MB of the object store at once.
@@ -67,7 +68,7 @@ class IndexSource(BaseModel):
     node: str | None = None
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, max_concurrency=16, runtime_env=COLD_ENV)  # type: ignore[call-overload]
 class IndexServer:
     """On the node that has the index: its bytes, one chunk per call.
 

@@ -50,8 +50,10 @@ if TYPE_CHECKING:
     from piserini_ray.llm.client import LLMClient
 
 #: What the agent loops and the model check need (litellm behind them), loaded at start-up on
-#: a thread of their own.
+#: a thread of their own (at once where the worker preloaded them: `warm.py`); the OpenAI
+#: SDK's resources are what litellm loads on its first call (the model check's).
 MODEL_MODULES = (
+    "openai.resources",
     "piserini_ray.agent.loop",
     "piserini_ray.llm.client_builder",
     "piserini_ray.llm.check",

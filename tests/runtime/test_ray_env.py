@@ -278,3 +278,60 @@ def test_token_auth_switched_off_in_the_environment_is_refused(monkeypatch) -> N
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with pytest.raises(ConfigError, match=r"RAY_AUTH_MODE=disabled.*Unset RAY_AUTH_MODE"):
         ensure_private_token()
+
+
+def test_a_ray_the_run_starts_hands_replicas_workers_with_the_model_client_loaded() -> None:
+    # litellm's import (seconds of CPU) was paid by every replica at its start, on every node
+    # at once; Ray's idle workers now load it before they take an actor (`warm.py`), and the
+    # light actors (limiters, gateways, index servers) start cold, without it.
+    result = _run(
+        """
+        import json, sys
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray
+        from piserini_ray.warm import COLD_ENV
+
+        start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))
+        import ray
+        from piserini_ray.runtime.gateway import EndpointProxy, NodeGateway
+        from piserini_ray.runtime.limiter_actor import LimiterActor
+        from piserini_ray.runtime.shipping import IndexServer
+
+        @ray.remote
+        class Probe:
+            def __init__(self):
+                self.loaded = "litellm" in sys.modules  # before this actor imports anything
+
+            def seen(self):
+                return self.loaded
+
+        warm = ray.get(Probe.remote().seen.remote(), timeout=240)
+        cold = ray.get(Probe.options(runtime_env=COLD_ENV).remote().seen.remote(), timeout=240)
+        light = [
+            c._default_options.get("runtime_env") == COLD_ENV
+            for c in (EndpointProxy, NodeGateway, LimiterActor, IndexServer)
+        ]
+        release_ray_async().join()
+        print(json.dumps({"warm": warm, "cold": cold, "light": light,
+                          "driver": "litellm" in sys.modules}))
+        """
+    )
+    assert result["warm"] is True and result["cold"] is False
+    assert result["light"] == [True] * 4
+    assert result["driver"] is False  # the driver never loads it for the setting's sake
+
+
+def test_the_warm_modules_load_only_where_ray_preloads_them(monkeypatch) -> None:
+    from piserini_ray import warm
+    from piserini_ray.runtime.ray_env import with_warm
+
+    assert with_warm("") == "piserini_ray.warm"
+    assert with_warm("numpy") == "numpy,piserini_ray.warm"
+    assert with_warm("piserini_ray.warm,numpy") == "piserini_ray.warm,numpy"
+    monkeypatch.setattr(sys, "argv", ["default_worker.py", "--worker-preload-modules=numpy"])
+    assert warm.preloading() is False
+    flag = "--worker-preload-modules=numpy,piserini_ray.warm"
+    monkeypatch.setattr(sys, "argv", ["default_worker.py", flag])
+    assert warm.preloading() is True
+    monkeypatch.setenv(warm.COLD, "1")
+    assert warm.load() == []  # a light actor's worker
