@@ -1,9 +1,10 @@
 """What an idle Ray worker loads before any actor is handed to it: the model client's
 third-party modules (litellm and what it imports: seconds of CPU).
 
-Ray starts idle Python workers on every node when the node starts (one per CPU), and each
-imports the modules that `RAY_preload_python_modules` names (in the environment of `ray start`)
-before it takes work. With this module named there, a searcher replica that takes such a worker
+With `RAY_enable_worker_prestart=1`, Ray starts idle Python workers on every node when the node
+starts (one per CPU; without it, only on the first driver's node, when that driver connects),
+and each imports the modules that `RAY_preload_python_modules` names (both in the environment
+of `ray start`) before it takes work. With this module named there, a searcher replica that takes such a worker
 starts with litellm loaded: its imports were paid while the cluster sat idle, not at the start
 of every run on every node at once. A local Ray that piserini-ray starts names it itself
 (`runtime/ray_env.py`); a cluster names it in each node's `ray start` (`cluster.yaml`,
