@@ -4,7 +4,8 @@ joined by a veth pair, host 2 a bare node with its own /tmp, HOME and PISERINI_R
 whose every call takes 0.5 s (the offline provider's fixed latency, behind a hosted model's
 name so that each node checks it through its gateway), 2 queries at once per replica, one
 replica per host, no quotas. Each measurement gets a fresh kit (Ray up and idle before the
-clock starts; host 2 has never seen the index), so host 2 pays everything a joining node pays.
+clock starts: its idle workers have loaded the model client, `piserini_ray/warm.py`; host 2 has
+never seen the index), so host 2 pays everything else a joining node pays.
 
     python bench/two_hosts.py [--queries 40,80] [--repeats 1]
 
@@ -82,6 +83,35 @@ def _cli(*args: str) -> list[str]:
 ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts", "RAY_DEDUP_LOGS": "0"}
 
 
+def _idle_workers() -> dict[int, int]:
+    """CPU ticks so far of each of Ray's idle worker processes (`ray::IDLE`) on this machine."""
+    ticks = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE"):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks[int(pid)] = int(fields[11]) + int(fields[12])
+        except OSError:
+            continue
+    return ticks
+
+
+def wait_until_idle(hosts: int, deadline_s: float = 120) -> None:
+    """Wait until each host has its idle worker and none of them works any more: the kit's
+    `ray start` pre-starts one per host, which loads the model client (`piserini_ray/warm.py`,
+    seconds of CPU) before it is idle. "Ray up and idle" then holds when the clock starts."""
+    end = time.monotonic() + deadline_s
+    before = _idle_workers()
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        now = _idle_workers()
+        busy = [pid for pid, t in now.items() if t - before.get(pid, 0) > 5]  # > 5 % of a core
+        if len(now) >= hosts and not busy:
+            return
+        before = now
+    print("the idle workers did not settle: measuring anyway", file=sys.stderr)
+
+
 def measure(hosts: int, queries: int, index_root: Path) -> Measured:
     # A checkout on PYTHONPATH (a clone of the commit to measure) is what host 2 imports too.
     extra = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
@@ -92,6 +122,7 @@ def measure(hosts: int, queries: int, index_root: Path) -> Measured:
         built = kit.run(_cli("index", "--config", str(config)), env=ENV)
         if built.returncode != 0:
             raise SystemExit(f"index failed:\n{built.stderr[-3000:]}")
+        wait_until_idle(hosts)
         run_dir = kit.data / "run"
         measured = Measured(hosts, queries, 0.0, started=time.time())
         began = time.monotonic()

@@ -4,11 +4,11 @@ third-party modules (litellm and what it imports: seconds of CPU).
 With `RAY_enable_worker_prestart=1`, Ray starts idle Python workers on every node when the node
 starts (one per CPU; without it, only on the first driver's node, when that driver connects),
 and each imports the modules that `RAY_preload_python_modules` names (both in the environment
-of `ray start`) before it takes work. With this module named there, a searcher replica that takes such a worker
-starts with litellm loaded: its imports were paid while the cluster sat idle, not at the start
-of every run on every node at once. A local Ray that piserini-ray starts names it itself
-(`runtime/ray_env.py`); a cluster names it in each node's `ray start` (`cluster.yaml`,
-`docs/guides/cluster.md`).
+of `ray start`) before it takes work. With this module named there, a searcher replica that
+takes such a worker starts with litellm loaded: its imports were paid while the cluster sat
+idle, not at the start of every run on every node at once. A local Ray that piserini-ray
+starts names it itself (`runtime/ray_env.py`); a cluster names it in each node's `ray start`
+(`cluster.yaml`, `docs/guides/cluster.md`).
 
 Ray preloads in every Python worker it starts, also the ones it starts later for the light
 actors (limiters, gateways, index servers): those set `COLD` (`COLD_ENV`, their runtime env),
