@@ -83,28 +83,29 @@ def _cli(*args: str) -> list[str]:
 ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts", "RAY_DEDUP_LOGS": "0"}
 
 
-def _idle_workers() -> dict[int, int]:
-    """CPU ticks so far of each of Ray's idle worker processes (`ray::IDLE`) on this machine."""
+def _idle_workers(kit: TwoHosts) -> dict[int, int]:
+    """CPU ticks so far of each of Ray's idle worker processes (`ray::IDLE`) in the kit's
+    namespaces (another Ray on the machine is none of its business)."""
     ticks = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid, _ in kit.processes():
         try:
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE"):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                ticks[int(pid)] = int(fields[11]) + int(fields[12])
+                ticks[pid] = int(fields[11]) + int(fields[12])
         except OSError:
             continue
     return ticks
 
 
-def wait_until_idle(hosts: int, deadline_s: float = 120) -> None:
+def wait_until_idle(kit: TwoHosts, hosts: int, deadline_s: float = 120) -> None:
     """Wait until each host has its idle worker and none of them works any more: the kit's
     `ray start` pre-starts one per host, which loads the model client (`piserini_ray/warm.py`,
     seconds of CPU) before it is idle. "Ray up and idle" then holds when the clock starts."""
     end = time.monotonic() + deadline_s
-    before = _idle_workers()
+    before = _idle_workers(kit)
     while time.monotonic() < end:
         time.sleep(1.0)
-        now = _idle_workers()
+        now = _idle_workers(kit)
         busy = [pid for pid, t in now.items() if t - before.get(pid, 0) > 5]  # > 5 % of a core
         if len(now) >= hosts and not busy:
             return
@@ -122,7 +123,7 @@ def measure(hosts: int, queries: int, index_root: Path) -> Measured:
         built = kit.run(_cli("index", "--config", str(config)), env=ENV)
         if built.returncode != 0:
             raise SystemExit(f"index failed:\n{built.stderr[-3000:]}")
-        wait_until_idle(hosts)
+        wait_until_idle(kit, hosts)
         run_dir = kit.data / "run"
         measured = Measured(hosts, queries, 0.0, started=time.time())
         began = time.monotonic()

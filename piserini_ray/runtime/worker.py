@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from pydantic import BaseModel, SecretStr
 
+from piserini_ray import warm
 from piserini_ray.config import (
     AgentConfig,
     BenchmarkConfig,
@@ -49,11 +50,11 @@ from piserini_ray.tools.session import search_query
 if TYPE_CHECKING:
     from piserini_ray.llm.client import LLMClient
 
-#: What the agent loops and the model check need (litellm behind them), loaded at start-up on
-#: a thread of their own (at once where the worker preloaded them: `warm.py`); the OpenAI
-#: SDK's resources are what litellm loads on its first call (the model check's).
+#: What the agent loops and the model check need, loaded at start-up on a thread of their own:
+#: the third-party modules a warm worker preloaded (`warm.MODULES`: at once there, seconds
+#: elsewhere), then ours.
 MODEL_MODULES = (
-    "openai.resources",
+    *warm.MODULES,
     "piserini_ray.agent.loop",
     "piserini_ray.llm.client_builder",
     "piserini_ray.llm.check",
