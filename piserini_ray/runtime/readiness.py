@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from piserini_ray.errors import PiseriniRayError
 from piserini_ray.runtime.ray_env import cluster_can_grow
@@ -104,15 +104,16 @@ def wait_until_up(refs: Sequence[Any], what: str, log: Callable[[str], None]) ->
 
 
 def started(ref: Any, what: str) -> Any:
-    """The result of one actor's readiness call `ref` (done): a constructor that raised is a
-    `StartupError` naming its error."""
+    """The result of one actor's readiness call `ref` (done): a constructor that raised, or a
+    readiness call that raised (a start-up step it awaits failed), is a `StartupError` naming
+    its error."""
     try:
         return ray.get(ref)
-    except RayActorError as exc:
+    except (RayActorError, RayTaskError) as exc:
         raise StartupError(f"{what} could not start: {_cause(exc)}") from None
 
 
-def _cause(exc: RayActorError) -> str:
+def _cause(exc: RayActorError | RayTaskError) -> str:
     text = str(getattr(exc, "cause", None) or exc).strip()
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__

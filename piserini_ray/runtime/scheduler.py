@@ -273,28 +273,37 @@ class Replicas:
 
     def ready(self, log: Callable[[str], None], on_up: OnUp | None = None) -> None:
         """Wait until every replica has opened its index, and check that each runs the
-        driver's code. `on_up(group, index)`, called as each replica comes up, may send it
-        calls that must answer before any query (its node's model checks): their refs, each
-        with what to do with its result, waited for here too while the others still start."""
+        driver's code. `on_up(group, index)`, called as soon as a replica is placed (its
+        constructor returns at once: `SearchWorker.where`), may send it calls that must answer
+        before any query (its node's model checks), which then run while its searcher opens:
+        their refs, each with what to do with its result, waited for here too."""
         placed = [(g, i) for g in self.groups.values() for i in range(len(g.actors))]
-        starting = {g.actors[i].info.remote(): (g, i) for g, i in placed}
+        locating = {g.actors[i].where.remote(): (g, i) for g, i in placed}
+        starting: dict[Any, tuple[_Group, int]] = {}
         calls: dict[Any, Callable[[Any], None]] = {}
         infos = []
-        while starting or calls:
-            done, _ = ray.wait([*starting, *calls], num_returns=1, timeout=PROGRESS_SECONDS)
+        while locating or starting or calls:
+            done, _ = ray.wait(
+                [*locating, *starting, *calls], num_returns=1, timeout=PROGRESS_SECONDS
+            )
             if not done:
                 log(
-                    f"waiting for {len(starting)} of {len(placed)} searcher replicas to start "
-                    f"and {len(calls)} check(s) (free now: {describe(ray.available_resources())})"
+                    f"waiting for {len(locating) + len(starting)} of {len(placed)} searcher "
+                    f"replicas to start and {len(calls)} check(s) "
+                    f"(free now: {describe(ray.available_resources())})"
                 )
             elif done[0] in calls:
                 calls.pop(done[0])(done[0])
+            elif done[0] in locating:
+                group, index = locating.pop(done[0])
+                group.placed(index, started(done[0], "searcher replicas"))
+                starting[group.actors[index].info.remote()] = (group, index)
+                calls.update(on_up(group, index) if on_up else {})
             else:
                 group, index = starting.pop(done[0])
                 info = started(done[0], "searcher replicas")
-                group.placed(index, info)
+                group.placed(index, info)  # a replica restarted meanwhile may have moved
                 infos.append(info)
-                calls.update(on_up(group, index) if on_up else {})
         check_same_code(infos)
         log(
             f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
@@ -619,7 +628,7 @@ class Dispatcher:
             info = ray.get(ref)
             group.placed(index, info)
             self.log(f"replica {index} is back (pid {info['pid']}, node {info.get('ip', '?')})")
-        except _INFRASTRUCTURE as exc:
+        except (*_INFRASTRUCTURE, RayTaskError) as exc:  # RayTaskError: it could not reopen
             if group.probe_failed(index, exc):
                 self.log(
                     f"replica {index} is gone for good ({type(exc).__name__}: restarts "

@@ -8,18 +8,22 @@ a run (model, budget, tools, run ids) comes with each query.
 
 Start-up does at once what can be done at once: the model client's modules (litellm: seconds
 of imports, not needed to open an index) load on a thread of their own, the JVM boots on the
-JVM thread, and the constructor's thread finds or fetches the index meanwhile (`shipping.py`).
-So this module imports none of them at its top: a new worker loads it before the constructor
-can start anything.
+JVM thread, and a start-up thread finds or fetches the index meanwhile (`shipping.py`), then has
+the JVM thread open it. The constructor only starts them, so the replica answers `where` at
+once and its node's model check (`check_model`: a model call, mostly waiting) runs while the
+searcher still opens; `info` answers once it is open. So this module imports none of them at
+its top: a new worker loads it before the constructor can start anything.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +69,20 @@ MODEL_MODULES = (
 def _load_model_modules() -> None:
     for name in MODEL_MODULES:
         importlib.import_module(name)
+
+
+def _on_thread(work: Callable[[], Any], name: str) -> Future[Any]:
+    """`work` on a daemon thread of its own: its result (or error) as a future."""
+    done: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(work())
+        except BaseException as error:  # handed to whoever awaits it
+            done.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
 
 
 #: Key values by variable name, handed by the driver (`secrets.driver_keys`).
@@ -135,20 +153,29 @@ class SearchWorker:
         began = time.monotonic()
         _say("worker started")
         self._first: float | None = None
+        self._clients: dict[str, LLMClient] = {}
         # A failed import is raised where the module is used (the check, the first query).
-        imports = threading.Thread(target=_load_model_modules, name="imports", daemon=True)
-        imports.start()
+        self._imports = _on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self._encoder = RemoteQueryEncoder(encoders) if encoders else None
         jvm = self._jvm.submit(_boot, retrieval.jvm_heap)  # boots while the index is fetched
-        index = _shipped(source) if source is not None else None
-        jvm.result()
-        self.searcher: SearchBackend = self._jvm.submit(
-            self._open, benchmark, retrieval, self._encoder, index
-        ).result()
-        imports.join()
-        self._clients: dict[str, LLMClient] = {}
-        _say(f"searcher open, {time.monotonic() - began:.2f} s after the worker started")
+
+        def start() -> SearchBackend:
+            index = _shipped(source) if source is not None else None
+            jvm.result()
+            searcher: SearchBackend = self._jvm.submit(
+                self._open, benchmark, retrieval, self._encoder, index
+            ).result()
+            _say(f"searcher open, {time.monotonic() - began:.2f} s after the worker started")
+            return searcher
+
+        self._opening = _on_thread(start, "start-up")
+
+    async def _searcher(self) -> SearchBackend:
+        """The searcher, once open; a failure to open it (a damaged index, a missing corpus)
+        is raised here, to whoever asks first and again to everyone after."""
+        searcher: SearchBackend = await asyncio.wrap_future(self._opening)
+        return searcher
 
     @staticmethod
     def _open(
@@ -168,25 +195,31 @@ class SearchWorker:
         # A node without the dense index builds it with its own encoder actor.
         return open_backend(index, retrieval, encoder, build_with=encoder.encode_documents)
 
-    def info(self) -> dict[str, Any]:
-        context = ray.get_runtime_context()
+    def where(self) -> dict[str, Any]:
+        """Where this replica runs, answered as soon as it is constructed (before its searcher
+        is open): the driver sends the node's model check on it."""
         return {
             "pid": os.getpid(),
-            "node": context.get_node_id(),
+            "node": ray.get_runtime_context().get_node_id(),
             "ip": ray.util.get_node_ip_address(),
-            "documents": self.searcher.num_docs,
-            "code": code_identity(),
         }
+
+    async def info(self) -> dict[str, Any]:
+        """`where`, once the searcher is open, with its document count and the code identity:
+        the replica's readiness."""
+        searcher = await self._searcher()
+        return {**self.where(), "documents": searcher.num_docs, "code": code_identity()}
 
     async def check_model(self, job: QueryJob, keys: Keys) -> str | None:
         """The one-word check (`llm/check.py`) from this replica's node, with the key and
         endpoint its queries will use: None when the model answers, else why not. `keys`: the
-        driver's, in memory only (`QueryJob`)."""
+        driver's, in memory only (`QueryJob`). Runs while the searcher still opens."""
+        began = time.monotonic()
+        await asyncio.wrap_future(self._imports)  # never import beside the import thread
         from piserini_ray.llm.check import PROMPT, probe_model
         from piserini_ray.llm.client_builder import build_client
         from piserini_ray.llm.failures import RetryError
 
-        began = time.monotonic()
         client = build_client(
             probe_model(job.model),
             job.retry.model_copy(update={"max_attempts": 1}),
@@ -235,8 +268,6 @@ class SearchWorker:
         return self._clients[key]
 
     async def _run_tool(self, session: ToolSession, name: str, arguments: str) -> ToolResult:
-        import asyncio
-
         if self._encoder is not None and name == "search" and (text := search_query(arguments)):
             # Encoded here, on the event loop, so concurrent searches batch at the encoder.
             await self._encoder.prefetch(text)
@@ -246,11 +277,12 @@ class SearchWorker:
 
     async def run(self, job: QueryJob, keys: Keys) -> dict[str, Any]:
         """Run one query to its record (as JSON-ready data), with the driver's `keys`."""
+        await asyncio.wrap_future(self._imports)  # never import beside the import thread
         from piserini_ray.agent.loop import run_query
 
         # No spill folder here: the spill texts ride back with the record and the driver's
         # store writes them into the run directory (this replica may sit on another node).
-        session = ToolSession(self.searcher, job.tools)
+        session = ToolSession(await self._searcher(), job.tools)
         first = self._first is None
         if first:
             self._first = time.monotonic()
