@@ -42,12 +42,13 @@ def main() -> None:
     import ray
 
     ray.init(address="local", num_cpus=2, object_store_memory=256 << 20, include_dashboard=False)
-    from piserini_ray.runtime.shipping import IndexSource, serve_index
+    from piserini_ray.runtime.shipping import IndexSource, serve_index, start_server
 
     config = load_config(args.config)
     benchmark = load_benchmark(config.benchmark)
     index = ensure_index(benchmark.corpus, config.retrieval, print)
-    source, _server = serve_index(index)
+    source = serve_index(index)
+    _server = start_server(source)  # held while the bench runs
     query = benchmark.queries[0].query
     # The driver's folder does not exist on a bare node: the replica must ship or rebuild.
     remote_source = source.model_copy(update={"path": "/nonexistent/driver-index"})

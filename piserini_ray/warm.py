@@ -2,18 +2,21 @@
 third-party modules (litellm and what it imports: seconds of CPU).
 
 With `RAY_enable_worker_prestart=1`, Ray starts idle Python workers on every node when the node
-starts (one per CPU; without it, only on the first driver's node, when that driver connects),
-and each imports the modules that `RAY_preload_python_modules` names (both in the environment
-of `ray start`) before it takes work. With this module named there, a searcher replica that
-takes such a worker starts with litellm loaded: its imports were paid while the cluster sat
-idle, not at the start of every run on every node at once. A local Ray that piserini-ray
-starts names it itself (`runtime/ray_env.py`); a cluster names it in each node's `ray start`
-(`cluster.yaml`, `docs/guides/cluster.md`).
+starts (one per CPU), and each imports the modules that `RAY_preload_python_modules` names (both
+in the environment of `ray start`) before it takes work. With this module named there, a
+searcher replica that takes such a worker starts with litellm loaded: its imports were paid
+while the cluster sat idle, not at the start of every run on every node at once. A cluster
+names both in each node's `ray start` (`cluster.yaml`, `docs/guides/cluster.md`, the KubeRay
+manifests). A local Ray that a run starts sets neither: it has no idle time to pay them in
+(measured: pre-started workers loading litellm during its start made the run slower).
 
-Ray preloads in every Python worker it starts, also the ones it starts later for the light
-actors (limiters, gateways, index servers): those set `COLD` (`COLD_ENV`, their runtime env),
-and this module then loads nothing, so that none of them waits seconds for a model client it
-never uses.
+Ray preloads in every Python worker it starts, also the ones it starts later for a job's
+light actors (limiters, gateways, index servers), which never use a model client. So this
+module loads only in a worker Ray pre-started for no job (`RAY_JOB_ID` is the nil job's id: the
+ones `ray start` pre-starts while the cluster sits idle); a worker started for a job's actor
+loads nothing, so a light actor takes no more than Ray's own start-up, and a replica on such a
+worker (a later run, Ray did not pre-start new ones) loads the client itself, on its import
+thread, as on a Ray without the setting.
 
 Third-party modules only: a worker keeps what it preloaded for its life, and this package's own
 modules, loaded before a code update on disk, would run stale while `code_identity` (which reads
@@ -26,14 +29,11 @@ import importlib
 import os
 import sys
 
-#: Ray's setting (read by each node's raylet at `ray start`): modules every new worker imports.
-PRELOAD_VARIABLE = "RAY_preload_python_modules"
-#: The value that names this module.
+#: This module, as `RAY_preload_python_modules` (each node's `ray start`) names it.
 PRELOAD = "piserini_ray.warm"
-#: Set in the environment of a worker whose actor needs no model client.
-COLD = "PISERINI_RAY_COLD"
-#: The runtime env of the light actors' workers.
-COLD_ENV = {"env_vars": {COLD: "1"}}
+#: Ray's variable for the job a worker process was started for, and its value for none.
+JOB_VARIABLE = "RAY_JOB_ID"
+NO_JOB = "ffffffff"
 #: What the replicas' model client imports that takes seconds (the package's own
 #: `LITELLM_LOCAL_MODEL_COST_MAP` is set by `piserini_ray/__init__.py`, imported first):
 #: litellm (3-4 s of CPU) and the OpenAI SDK's resources, which it loads on its first call
@@ -50,10 +50,16 @@ def preloading() -> bool:
     return any(PRELOAD in names for names in named)
 
 
+def prestarted() -> bool:
+    """Whether this worker was pre-started for no job (by `ray start`), not for a job's
+    actor or task."""
+    return os.environ.get(JOB_VARIABLE, NO_JOB) == NO_JOB
+
+
 def load() -> list[str]:
-    """Import `MODULES` while Ray preloads this module, in a worker that is not `COLD`; the
-    names imported."""
-    if not preloading() or os.environ.get(COLD):
+    """Import `MODULES` while Ray preloads this module in a worker it pre-started for no job;
+    the names imported."""
+    if not preloading() or not prestarted():
         return []
     for name in MODULES:
         importlib.import_module(name)

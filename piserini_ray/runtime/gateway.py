@@ -30,7 +30,6 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.llm.secrets import hold
-from piserini_ray.warm import COLD_ENV
 
 #: Headers that describe one hop of HTTP, not the message: each side sets its own.
 _HOP_BY_HOP = {
@@ -77,7 +76,7 @@ def _pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000, runtime_env=COLD_ENV)  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
 class EndpointProxy:
     """On the driver's node: sends each forwarded request to the endpoint itself."""
 
@@ -110,7 +109,7 @@ class EndpointProxy:
             return reply.status, kept, content
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000, runtime_env=COLD_ENV)  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
 class NodeGateway:
     """On another node: an HTTP server on that node's 127.0.0.1 that forwards to the proxy."""
 

@@ -25,10 +25,9 @@ from piserini_ray.llm.limiter import (
     outcome_of,
     quota_key,
 )
-from piserini_ray.warm import COLD_ENV
 
 
-@ray.remote(num_cpus=0, max_concurrency=100_000, runtime_env=COLD_ENV)  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
 class LimiterActor:
     """An async actor: a ticket's `acquire` is one call that returns when its slot is granted
     (waiters sleep on a condition, woken by every release), instead of thousands of polls.

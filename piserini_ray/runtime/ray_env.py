@@ -24,7 +24,6 @@ from typing import Literal
 
 from piserini_ray.config import RuntimeConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.warm import PRELOAD, PRELOAD_VARIABLE
 
 Log = Callable[[str], None]
 
@@ -49,17 +48,8 @@ def prepare_local_ray() -> None:
     for key, value in JVM_SAFE_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ[PRELOAD_VARIABLE] = with_warm(os.environ.get(PRELOAD_VARIABLE, ""))
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     ensure_private_token()
-
-
-def with_warm(preload: str) -> str:
-    """Ray's list of modules to preload in each new worker (`preload`, comma-separated) with
-    `piserini_ray.warm` added: the idle workers of a Ray this process starts load the model
-    client's modules while the run is still being prepared (`warm.py`)."""
-    names = [name for name in preload.split(",") if name.strip()]
-    return ",".join(names if PRELOAD in names else [*names, PRELOAD])
 
 
 #: Where Ray looks for its token when neither RAY_AUTH_TOKEN nor RAY_AUTH_TOKEN_PATH is set.

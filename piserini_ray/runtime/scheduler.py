@@ -59,7 +59,7 @@ from piserini_ray.runtime.readiness import (
     nodes_that_fit,
     started,
 )
-from piserini_ray.runtime.shipping import serve_index
+from piserini_ray.runtime.shipping import serve_index, start_server
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
 if TYPE_CHECKING:
@@ -253,12 +253,7 @@ class Replicas:
             "lower runtime.cpus_per_replica",
             log,
         )
-        source = None
-        if index is not None:
-            # A one-node cluster never calls the server: a node that joins later starts it.
-            source, server = serve_index(index, start=len(alive_nodes()) > 1)
-            if server is not None:
-                self.servers.append(server)
+        source = serve_index(index) if index is not None else None
         log(f"starting {runtime.replicas} searcher replica(s) for {retrieval.describe()}")
         actors = [
             SearchWorker.options(  # type: ignore[attr-defined]  # Ray types the class as is
@@ -269,6 +264,11 @@ class Replicas:
             ).remote(config.benchmark, retrieval, encoders, source)
             for _ in range(runtime.replicas)
         ]
+        # After the replicas, which take the workers Ray pre-started (the model client loaded:
+        # `warm.py`); a one-node cluster never calls the server: a node that joins later
+        # starts it.
+        if source is not None and len(alive_nodes()) > 1:
+            self.servers.append(start_server(source))
         return _Group(actors, capacity=runtime.max_concurrency)
 
     def ready(self, log: Callable[[str], None], on_up: OnUp | None = None) -> None:

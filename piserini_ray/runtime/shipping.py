@@ -49,7 +49,6 @@ from piserini_ray.retrieval.index_files import (
     unsafe_name,
     write_json_cache,
 )
-from piserini_ray.warm import COLD_ENV
 
 #: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
 #: enough that a fetch holds a few dozen MB of the object store at once.
@@ -68,7 +67,7 @@ class IndexSource(BaseModel):
     node: str | None = None
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, runtime_env=COLD_ENV)  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
 class IndexServer:
     """On the node that has the index: its bytes, one chunk per call.
 
@@ -97,18 +96,18 @@ class IndexServer:
             return f.read(size)
 
 
-def serve_index(folder: Path, start: bool = True) -> tuple[IndexSource, Any]:
-    """The replicas' source of the index at `folder` on this (the driver's) node, and with
-    `start` its server, started (or found) here (hold the handle: the server lives while it
-    is held); else None, and the first replica that needs the server starts it (`_server`)."""
+def serve_index(folder: Path) -> IndexSource:
+    """The replicas' source of the index at `folder` on this (the driver's) node. Its server
+    is not started here: the driver starts it where another node may call it
+    (`start_server`; hold the handle: the server lives while it is held), else the first
+    replica that needs it does."""
     files = index_files(folder)
     context = ray.get_runtime_context()
     name = f"piserini-index:{context.get_job_id()}:{files.content_key}"
-    source = IndexSource(path=str(folder), files=files, server=name, node=context.get_node_id())
-    return source, _server(source) if start else None
+    return IndexSource(path=str(folder), files=files, server=name, node=context.get_node_id())
 
 
-def _server(source: IndexSource) -> Any:
+def start_server(source: IndexSource) -> Any:
     """The index's server: the running one, or one started now on the driver's node."""
     if source.node is None:  # a source of the driver that started its server
         return ray.get_actor(source.server)
@@ -186,7 +185,7 @@ def local_index(source: IndexSource, log: Any = print) -> Path:
 
 
 def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> None:
-    server = _server(source)
+    server = start_server(source)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()

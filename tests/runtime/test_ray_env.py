@@ -280,16 +280,20 @@ def test_token_auth_switched_off_in_the_environment_is_refused(monkeypatch) -> N
         ensure_private_token()
 
 
-def test_a_ray_the_run_starts_hands_replicas_workers_with_the_model_client_loaded() -> None:
+def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_job_do_not() -> None:
     # litellm's import (seconds of CPU) was paid by every replica at its start, on every node
-    # at once; Ray's idle workers now load it before they take an actor (`warm.py`), and the
-    # light actors (limiters, gateways, index servers) start cold, without it.
+    # at once; the workers a node pre-starts at `ray start` now load it while the cluster is
+    # idle (`warm.py`), and the ones Ray starts for a job's light actors (limiters, gateways,
+    # index servers) load nothing: before, each of those paid a runtime env of its own (Ray's
+    # setup_worker, about 0.6 s of CPU more) to stay cold.
     result = _run(
         """
-        import json, sys
+        import json, os, sys, time
+        from pathlib import Path
+        os.environ["RAY_enable_worker_prestart"] = "1"  # as cluster.yaml's `ray start` sets
+        os.environ["RAY_preload_python_modules"] = "piserini_ray.warm"
         from piserini_ray.config import RuntimeConfig
         from piserini_ray.runtime.ray_env import release_ray_async, start_ray
-        from piserini_ray.warm import COLD_ENV
 
         start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))
         import ray
@@ -297,41 +301,64 @@ def test_a_ray_the_run_starts_hands_replicas_workers_with_the_model_client_loade
         from piserini_ray.runtime.limiter_actor import LimiterActor
         from piserini_ray.runtime.shipping import IndexServer
 
+        node = ray._private.worker._global_node
+        raylet = node.all_processes["raylet"][0].process.pid
+
+        def idle_worker():  # this raylet's, registered with it (its title is set then)
+            for proc in Path("/proc").iterdir():
+                try:
+                    parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    if parent == raylet and (proc / "cmdline").read_bytes().startswith(
+                        b"ray::IDLE"
+                    ):
+                        return True
+                except (OSError, ValueError, IndexError):
+                    continue
+            return False
+
+        deadline = time.monotonic() + 120
+        while not idle_worker() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
         @ray.remote
         class Probe:
             def __init__(self):
                 self.loaded = "litellm" in sys.modules  # before this actor imports anything
 
             def seen(self):
-                return self.loaded
+                return self.loaded, os.environ.get("RAY_JOB_ID")
 
-        warm = ray.get(Probe.remote().seen.remote(), timeout=240)
-        cold = ray.get(Probe.options(runtime_env=COLD_ENV).remote().seen.remote(), timeout=240)
+        first = Probe.remote()  # the node's one CPU: the pre-started worker
+        prestarted = ray.get(first.seen.remote(), timeout=240)
+        for_the_job = ray.get(Probe.options(num_cpus=0).remote().seen.remote(), timeout=240)
         light = [
-            c._default_options.get("runtime_env") == COLD_ENV
+            c._default_options.get("runtime_env")
             for c in (EndpointProxy, NodeGateway, LimiterActor, IndexServer)
         ]
         release_ray_async().join()
-        print(json.dumps({"warm": warm, "cold": cold, "light": light,
-                          "driver": "litellm" in sys.modules}))
+        print(json.dumps({"prestarted": prestarted, "for_the_job": for_the_job,
+                          "light": light, "driver": "litellm" in sys.modules}))
         """
     )
-    assert result["warm"] is True and result["cold"] is False
-    assert result["light"] == [True] * 4
+    assert result["prestarted"] == [True, "ffffffff"]
+    loaded, job = result["for_the_job"]
+    assert loaded is False and job != "ffffffff"
+    assert result["light"] == [None] * 4  # no runtime env of their own
     assert result["driver"] is False  # the driver never loads it for the setting's sake
 
 
-def test_the_warm_modules_load_only_where_ray_preloads_them(monkeypatch) -> None:
+def test_the_warm_modules_load_only_where_ray_preloads_them_in_a_prestarted_worker(
+    monkeypatch,
+) -> None:
     from piserini_ray import warm
-    from piserini_ray.runtime.ray_env import with_warm
 
-    assert with_warm("") == "piserini_ray.warm"
-    assert with_warm("numpy") == "numpy,piserini_ray.warm"
-    assert with_warm("piserini_ray.warm,numpy") == "piserini_ray.warm,numpy"
+    monkeypatch.delenv("RAY_JOB_ID", raising=False)
     monkeypatch.setattr(sys, "argv", ["default_worker.py", "--worker-preload-modules=numpy"])
-    assert warm.preloading() is False
+    assert warm.preloading() is False and warm.load() == []
     flag = "--worker-preload-modules=numpy,piserini_ray.warm"
     monkeypatch.setattr(sys, "argv", ["default_worker.py", flag])
     assert warm.preloading() is True
-    monkeypatch.setenv(warm.COLD, "1")
-    assert warm.load() == []  # a light actor's worker
+    monkeypatch.setenv("RAY_JOB_ID", "02000000")
+    assert warm.prestarted() is False and warm.load() == []  # started for a job's actor
+    monkeypatch.setenv("RAY_JOB_ID", "ffffffff")
+    assert warm.prestarted() is True and warm.load() == list(warm.MODULES)

@@ -25,8 +25,8 @@ def test_no_index_server_until_a_node_lacks_the_index(
 ) -> None:
     monkeypatch.setenv("PISERINI_RAY_HOME", str(tmp_path / "home"))
     folder = _index(tmp_path / "idx-abc")
-    source, server = serve_index(folder, start=False)
-    assert server is None and source.server not in _named()
+    source = serve_index(folder)
+    assert source.server not in _named()
     assert source.node == ray.get_runtime_context().get_node_id()
 
     logged: list[str] = []
