@@ -196,6 +196,7 @@ class Replicas:
         self.registry = RayLimiters(start=True)
         self.prefix = self.registry.prefix
         self.limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
+        self._limited: list[RunConfig] = []  # the runs whose models' limiters `ready` starts
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
         self.servers: list[Any] = []  # the index servers of the groups, held for the job
@@ -210,27 +211,29 @@ class Replicas:
     ) -> None:
         """Start what these runs need and is not up yet (actor creation returns at once;
         `ready` waits). Replicas first: they take the workers Ray pre-started (a second of
-        start-up each), the light limiters get new ones. `indexes`: each run's index on this
-        node where the caller found it already (by `_group_key`), else it is looked up."""
+        start-up each); the limiters come once they are placed (`ready`). `indexes`: each
+        run's index on this node where the caller found it already (by `_group_key`), else it
+        is looked up."""
         for config in configs:
             key = _group_key(config)
             if key not in self.groups:
                 found = (indexes or {}).get(key) or _built_index(config)
                 self.groups[key] = self._start_group(config, found, log)
-        for config in configs:
-            name = self.registry.name(config.model, config.offline)
-            if name not in self.limiters:
-                self.limiters[name] = self.registry.limiter(config.model, config.offline).handle
+        self._limited += [c for c in configs if c not in self._limited]
         # A model behind the driver's loopback (the offline provider the run starts) is reached
         # from the other nodes through gateways: theirs boot now, their endpoint comes later.
         if any(c.offline.serves(c.model) or is_loopback(c.model.api_base) for c in configs):
             self.gateways.warm(self.nodes_for_replicas())
 
-    def start_judge_limiters(self, configs: list[RunConfig]) -> None:
-        """The judges' limiters, so that judging after the run finds them up: started once the
-        replicas are (a worker process each, which no query waits for)."""
-        for config in configs:
-            self.registry.limiter(config.judge_model(), config.offline)
+    def _start_limiters(self) -> None:
+        """The limiters of the runs' models, started once their replicas are placed: a worker
+        process each, which the replicas' first queries need but not their start, so it does
+        not compete with the replicas for a worker's start-up. (A judge's starts with its
+        client, at the first answer: `judging.judge_client`.)"""
+        for config in self._limited:
+            name = self.registry.name(config.model, config.offline)
+            if name not in self.limiters:
+                self.limiters[name] = self.registry.limiter(config.model, config.offline).handle
 
     def _start_group(
         self, config: RunConfig, index: Path | None, log: Callable[[str], None]
@@ -297,6 +300,8 @@ class Replicas:
             elif done[0] in locating:
                 group, index = locating.pop(done[0])
                 group.placed(index, started(done[0], "searcher replicas"))
+                if not locating:
+                    self._start_limiters()
                 starting[group.actors[index].info.remote()] = (group, index)
                 calls.update(on_up(group, index) if on_up else {})
             else:
@@ -304,6 +309,7 @@ class Replicas:
                 info = started(done[0], "searcher replicas")
                 group.placed(index, info)  # a replica restarted meanwhile may have moved
                 infos.append(info)
+        self._start_limiters()  # (started above, once every replica was placed)
         check_same_code(infos)
         log(
             f"{len(infos)} searcher replica(s) ready on {len({i['node'] for i in infos})} "
@@ -380,7 +386,6 @@ def run_prepared(
         try:
             replicas.ready(log, dispatcher.model_checks)
             dispatcher.raise_check_failures()
-            replicas.start_judge_limiters([r.config for r in todo])
             dispatcher.start_batchers()
             dispatcher.alongside = alongside = JudgeAlongside(todo, endpoints, log)
             loading = _load_meanwhile(AFTER_THE_QUERIES, after=alongside.imported)
