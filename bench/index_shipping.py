@@ -6,7 +6,7 @@ node rebuilding it from the corpus.
     python bench/index_shipping.py --config bench/out/corpus10k/config.yaml
 
 Each case is an actor standing for the bare node, with its own empty PISERINI_RAY_HOME: "ship"
-fetches the driver's index from its IndexServer (chunked, every file's SHA-256 checked) and
+fetches the driver's index from the driver's node (`driver_services.py`; chunked, every file's SHA-256 checked) and
 opens it; "rebuild" builds the index from the corpus and opens it (which a real bare node could
 only do with the corpus copied to it first); "reuse" opens a copy shipped before, re-checking
 every file. Each ends with one search. On one machine the bytes cross Ray's object store but no
@@ -42,16 +42,19 @@ def main() -> None:
     import ray
 
     ray.init(address="local", num_cpus=2, object_store_memory=256 << 20, include_dashboard=False)
-    from piserini_ray.runtime.shipping import IndexSource, serve_index, start_server
+    from piserini_ray.runtime.driver_services import driver_services
+    from piserini_ray.runtime.shipping import IndexSource, serve_index
 
     config = load_config(args.config)
     benchmark = load_benchmark(config.benchmark)
     index = ensure_index(benchmark.corpus, config.retrieval, print)
     source = serve_index(index)
-    _server = start_server(source)  # held while the bench runs
+    _services = driver_services(start=True)  # as the driver starts it
     query = benchmark.queries[0].query
-    # The driver's folder does not exist on a bare node: the replica must ship or rebuild.
-    remote_source = source.model_copy(update={"path": "/nonexistent/driver-index"})
+    # The driver's folder is not on a bare node: the replica must ship or rebuild (on this one
+    # machine it would see the folder, so the bare node is told it does not; the bytes still
+    # come from the driver's folder, read on its node by `driver_services.py`).
+    remote_source = source
 
     @ray.remote(num_cpus=1)
     class BareNode:
@@ -62,7 +65,10 @@ def main() -> None:
             self, how: str, src: IndexSource, retrieval: RetrievalConfig, bench: Any, text: str
         ) -> float:
             from piserini_ray.retrieval.backends import open_backend
+            from piserini_ray.runtime import shipping
             from piserini_ray.runtime.shipping import local_index
+
+            shipping._same_sizes = lambda folder, files: False  # a bare node: not its folder
 
             started = time.monotonic()
             if how == "rebuild":

@@ -3,8 +3,9 @@ provider a run starts, on the driver's 127.0.0.1) served on every other node.
 
 On a real cluster each host has its own 127.0.0.1, so a replica on another node that called the
 driver's `http://127.0.0.1:PORT/v1` would reach nothing there. So each such node gets a small
-gateway actor that listens on *its* 127.0.0.1 and forwards every request, through Ray, to one
-proxy actor on the driver's node, which sends it to the endpoint itself. There is still one
+gateway actor that listens on *its* 127.0.0.1 and forwards every request, through Ray, to the
+job's actor on the driver's node (`driver_services.py`), which sends it to the endpoint itself
+(`forward`: only to a loopback endpoint). There is still one
 provider behind them all: its quotas, faults and bill stay cluster-wide, as a real provider's
 account is.
 
@@ -30,6 +31,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.llm.secrets import hold
+from piserini_ray.runtime.driver_services import driver_services
 
 #: Headers that describe one hop of HTTP, not the message: each side sets its own.
 _HOP_BY_HOP = {
@@ -76,56 +78,53 @@ def _pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
-class EndpointProxy:
-    """On the driver's node: sends each forwarded request to the endpoint itself."""
-
-    def __init__(self, origin: str) -> None:
-        parts = urlsplit(origin)
-        self.origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-        self.prefix = parts.path.rstrip("/")
-        self._session: Any = None
-
-    async def forward(
-        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        import aiohttp
-
-        # The gateways check this already; the proxy holds to it too (it is what reaches the
-        # endpoint).
-        if method not in METHODS or not admitted_path(urlsplit(path).path, self.prefix):
-            return 403, [], b"gateway: not a request of this endpoint"
-        if len(body) > MAX_BODY:
-            return 413, [], b"gateway: request body too large"
-
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=None)  # the caller's call_timeout governs
-            self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
-        async with self._session.request(
-            method, self.origin + path, headers=headers, data=body
-        ) as reply:
-            content = await reply.read()
-            kept = [(k, v) for k, v in reply.headers.items() if k.lower() not in _HOP_BY_HOP]
-            return reply.status, kept, content
+async def forward(
+    session: Any,
+    origin: str,
+    method: str,
+    path: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """On the driver's node (`driver_services.DriverServices.forward`): send a forwarded
+    request to the loopback endpoint at `origin` (`http://127.0.0.1:PORT/v1`) with the aiohttp
+    `session`; its status, headers and body."""
+    parts = urlsplit(origin)
+    root, prefix = urlunsplit((parts.scheme, parts.netloc, "", "", "")), parts.path.rstrip("/")
+    # The gateways check this already; the proxy holds to it too (it is what reaches the
+    # endpoint), and reaches nothing but a loopback endpoint.
+    if not is_loopback(origin):
+        return 403, [], b"gateway: not a loopback endpoint"
+    if method not in METHODS or not admitted_path(urlsplit(path).path, prefix):
+        return 403, [], b"gateway: not a request of this endpoint"
+    if len(body) > MAX_BODY:
+        return 413, [], b"gateway: request body too large"
+    async with session.request(method, root + path, headers=headers, data=body) as reply:
+        content = await reply.read()
+        kept = [(k, v) for k, v in reply.headers.items() if k.lower() not in _HOP_BY_HOP]
+        return reply.status, kept, content
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
 class NodeGateway:
     """On another node: an HTTP server on that node's 127.0.0.1 that forwards to the proxy."""
 
-    def __init__(self, proxy: Any = None, prefix: str = "") -> None:
-        """`proxy`, `prefix`: the endpoint's proxy and path (`/v1`); a gateway started ahead
-        of its endpoint (`Gateways.warm`) is given them by its first `url` call."""
+    def __init__(self, proxy: Any = None, origin: str = "") -> None:
+        """`proxy`, `origin`: the actor that forwards for it on the driver's node
+        (`driver_services.py`) and the endpoint (`http://127.0.0.1:PORT/v1`); a gateway
+        started ahead of its endpoint (`Gateways.warm`) is given them by its first `url`
+        call."""
         self.proxy = proxy
-        self.prefix = prefix  # the endpoint's path (`/v1`), kept in the URL it hands out
+        self.origin = origin
+        self.prefix = urlsplit(origin).path.rstrip("/")  # kept in the URL it hands out
         self._url: str | None = None
         self._secret = ""
         self._lock = asyncio.Lock()
 
-    async def url(self, secret: str, proxy: Any = None, prefix: str | None = None) -> str:
+    async def url(self, secret: str, proxy: Any = None, origin: str | None = None) -> str:
         """Start listening (once) and return the endpoint's URL on this node, under the
         run's `secret` (the first path segment every request must carry); `proxy` and
-        `prefix`, if given, are the endpoint's (for a gateway started without them)."""
+        `origin`, if given, are the endpoint's (for a gateway started without them)."""
         from aiohttp import web
 
         async with self._lock:
@@ -133,7 +132,8 @@ class NodeGateway:
                 if len(secret) < 32:
                     raise ValueError("a gateway's secret has at least 32 characters")
                 self.proxy = proxy if proxy is not None else self.proxy
-                self.prefix = prefix if prefix is not None else self.prefix
+                if origin is not None:
+                    self.origin, self.prefix = origin, urlsplit(origin).path.rstrip("/")
                 if self.proxy is None:
                     raise ValueError("a gateway needs its endpoint's proxy")
                 self._secret = secret
@@ -171,7 +171,7 @@ class NodeGateway:
             return web.Response(status=413, text="gateway: request body too large")
         try:
             status, reply_headers, content = await self.proxy.forward.remote(
-                request.method, path, headers, body
+                self.origin, request.method, path, headers, body
             )
         except Exception as exc:  # the proxy (or the driver's node) is gone: a 502, as a proxy
             return web.Response(status=502, text=f"gateway: the driver's endpoint is gone: {exc}")
@@ -179,19 +179,19 @@ class NodeGateway:
 
 
 class Gateways:
-    """The driver's view: for each loopback endpoint of its node, one proxy there and one
-    gateway on each other node that needs it, kept for the job. `warm` starts gateways before
-    their endpoint is known (a worker process boots in seconds: meanwhile the replicas start
-    and the driver checks the data), `prepare` hands them their endpoint (or starts them)
-    before the replicas are placed; `api_base` starts any still missing and waits for its
-    URL."""
+    """The driver's view: for each loopback endpoint of its node, one gateway on each other
+    node that needs it, kept for the job, each forwarding through the job's actor on the
+    driver's node (`driver_services.py`, which also holds the limiters: not stopped here).
+    `warm` starts gateways before their endpoint is known (a worker process boots in seconds:
+    meanwhile the replicas start and the driver checks the data), `prepare` hands them their
+    endpoint (or starts them) before the replicas are placed; `api_base` starts any still
+    missing and waits for its URL."""
 
     def __init__(self) -> None:
         self.driver_node = ray.get_runtime_context().get_node_id()
         #: What admits a request to this run's gateways (see the module's docstring).
         self.secret = secrets.token_urlsafe(32)
         hold(self.secret)
-        self._proxies: dict[str, Any] = {}
         #: Each gateway's URL, or the ref of its `url` call while it starts.
         self._urls: dict[tuple[str, str], Any] = {}
         self._actors: list[Any] = []
@@ -221,18 +221,13 @@ class Gateways:
         key = (api_base, node_id)
         if key in self._urls:
             return
-        if api_base not in self._proxies:
-            self._proxies[api_base] = EndpointProxy.options(  # type: ignore[attr-defined]
-                scheduling_strategy=_pinned(self.driver_node)
-            ).remote(api_base)
-            self._actors.append(self._proxies[api_base])
-        proxy, prefix = self._proxies[api_base], urlsplit(api_base).path.rstrip("/")
+        proxy = driver_services(start=True)
         if node_id in self._warm:
-            self._urls[key] = self._warm.pop(node_id).url.remote(self.secret, proxy, prefix)
+            self._urls[key] = self._warm.pop(node_id).url.remote(self.secret, proxy, api_base)
             return
         gateway = NodeGateway.options(  # type: ignore[attr-defined]
             scheduling_strategy=_pinned(node_id)
-        ).remote(proxy, prefix)
+        ).remote(proxy, api_base)
         self._actors.append(gateway)
         self._urls[key] = gateway.url.remote(self.secret)
 
@@ -250,6 +245,5 @@ class Gateways:
         for actor in self._actors:
             ray.kill(actor)
         self._actors.clear()
-        self._proxies.clear()
         self._urls.clear()
         self._warm.clear()

@@ -41,25 +41,26 @@ from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engine_contract import PreparedRun
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
+from piserini_ray.llm.limiter import quota_key
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.retrieval.index import find_index
+from piserini_ray.runtime.driver_services import driver_services, services_name
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
-from piserini_ray.runtime.limiter_actor import RayLimiters
+from piserini_ray.runtime.limiter_actor import RayLimiters, RemoteLimiter
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
-    alive_nodes,
     check_feasible,
     describe,
     nodes_that_fit,
     started,
 )
-from piserini_ray.runtime.shipping import serve_index, start_server
+from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
 if TYPE_CHECKING:
@@ -186,20 +187,19 @@ def check_same_code(infos: list[dict[str, Any]]) -> None:
 class Replicas:
     """What a job keeps up on Ray for its runs: one group of searcher replicas per benchmark and
     retrieval settings (shared by the runs that have them), the query encoders of dense groups
-    (their handles held, so they live as long as the job), and a limiter per quota key of the
-    runs' models and judges (kept by `start_limiter`)."""
+    (their handles held, so they live as long as the job), and the job's actor on the driver's
+    node (`driver_services.py`: a limiter per quota key of the runs' models and judges, the
+    index's bytes for other nodes, the gateways' proxy)."""
 
     def __init__(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
         """`configs`: every run of the job, so that the CPU fit counts all of their groups,
         whether they come up now (`bring_up`) or after `prepare` (`add`)."""
         self.runtime = configs[0].runtime
         self.registry = RayLimiters(start=True)
-        self.prefix = self.registry.prefix
-        self.limiters: dict[str, Any] = {}  # actor name -> handle, of the runs' models
+        self.limiters: dict[str, RemoteLimiter] = {}  # of the runs' models, by quota key
         self._limited: list[RunConfig] = []  # the runs whose models' limiters `ready` starts
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
-        self.servers: list[Any] = []  # the index servers of the groups, held for the job
         self.gateways = Gateways()  # of the loopback endpoints, on the other nodes
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
@@ -219,6 +219,9 @@ class Replicas:
             if key not in self.groups:
                 found = (indexes or {}).get(key) or _built_index(config)
                 self.groups[key] = self._start_group(config, found, log)
+        # After the replicas, which take the workers Ray pre-started (the model client loaded:
+        # `warm.py`): one light worker that serves the index, the gateways and the limiters.
+        driver_services(start=True)
         self._limited += [c for c in configs if c not in self._limited]
         # A model behind the driver's loopback (the offline provider the run starts) is reached
         # from the other nodes through gateways: theirs boot now, their endpoint comes later.
@@ -226,14 +229,13 @@ class Replicas:
             self.gateways.warm(self.nodes_for_replicas())
 
     def _start_limiters(self) -> None:
-        """The limiters of the runs' models, started once their replicas are placed: a worker
-        process each, which the replicas' first queries need but not their start, so it does
-        not compete with the replicas for a worker's start-up. (A judge's starts with its
-        client, at the first answer: `judging.judge_client`.)"""
+        """The limiters of the runs' models, added once their replicas are placed (their first
+        queries need them, not their start). A judge's comes with its client, at the first
+        answer (`judging.judge_client`)."""
         for config in self._limited:
-            name = self.registry.name(config.model, config.offline)
-            if name not in self.limiters:
-                self.limiters[name] = self.registry.limiter(config.model, config.offline).handle
+            key = quota_key(config.model, config.offline)
+            if key not in self.limiters:
+                self.limiters[key] = self.registry.limiter(config.model, config.offline)
 
     def _start_group(
         self, config: RunConfig, index: Path | None, log: Callable[[str], None]
@@ -267,11 +269,6 @@ class Replicas:
             ).remote(config.benchmark, retrieval, encoders, source)
             for _ in range(runtime.replicas)
         ]
-        # After the replicas, which take the workers Ray pre-started (the model client loaded:
-        # `warm.py`); a one-node cluster never calls the server: a node that joins later
-        # starts it.
-        if source is not None and len(alive_nodes()) > 1:
-            self.servers.append(start_server(source))
         return _Group(actors, capacity=runtime.max_concurrency)
 
     def ready(self, log: Callable[[str], None], on_up: OnUp | None = None) -> None:
@@ -479,7 +476,7 @@ class Dispatcher:
         from piserini_ray.runtime.batcher_actor import start_batcher
 
         for plan in batched:
-            name = f"{self.replicas.prefix}-batcher-{plan.store.config_hash[:12]}"
+            name = f"{services_name()}-batcher-{plan.store.config_hash[:12]}"
             base = self.bases[str(plan.run_dir)]
             # The key the run's clients send (the driver's, or none for a loopback endpoint).
             client = LLMClient(plan.config.model, api_base=base, keys=self._keys(plan))
@@ -552,7 +549,6 @@ class Dispatcher:
             tools=config.tools,
             offline=config.offline,
             api_base=self.gateways.api_base(self.bases[str(plan.run_dir)], node),
-            limiter_prefix=self.replicas.prefix,
             seed=config.run.request_seed(),
             batcher=self.batchers[str(plan.run_dir)][0]
             if str(plan.run_dir) in self.batchers
@@ -671,11 +667,10 @@ class Dispatcher:
             self.queue.appendleft((plan, query))
 
 
-def _waiting(limiters: dict[str, Any]) -> int:
+def _waiting(limiters: dict[str, RemoteLimiter]) -> int:
     try:
-        return sum(
-            s.waiting for s in ray.get([a.stats.remote() for a in limiters.values()], timeout=2)
-        )
+        asked = [limiter.handle.stats.remote(key) for key, limiter in limiters.items()]
+        return sum(s.waiting for s in ray.get(asked, timeout=2))
     except Exception:  # progress must never stop the run
         return 0
 

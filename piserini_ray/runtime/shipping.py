@@ -2,15 +2,13 @@
 has it, through Ray, verified by the index's content key, and keeps it under that node's
 `PISERINI_RAY_HOME` for the next run.
 
-The driver's node (where `prepare` built or found the index) runs one `IndexServer` per index:
-its file list (`retrieval/index_files.py`) and its bytes, in chunks. It is a worker process of
-its own, so it is started only where it may be called: by the driver when the cluster has
-another node (at once, so that it is up when a joining replica asks), else by the first replica
-that lacks the index (a node that joined later), by name, on the driver's node. A replica
-(`local_index`) uses, in order: the driver's own folder where this node can read it (the same
-node, or shared storage every node mounts); a copy shipped earlier; else a new copy, fetched
-chunk by chunk, checked whole, then moved into place. Queries, qrels and the corpus stay on the
-driver: a replica needs only the index.
+The driver's node (where `prepare` built or found the index) serves its bytes, in chunks,
+from the job's actor there (`driver_services.py`: one light worker for the limiters, the
+index and the endpoints, not one each); the driver hands each replica the index's file list
+(`retrieval/index_files.py`). A replica (`local_index`) uses, in order: the driver's own
+folder where this node can read it (the same node, or shared storage every node mounts); a copy
+shipped earlier; else a new copy, fetched chunk by chunk, checked whole, then moved into place.
+Queries, qrels and the corpus stay on the driver: a replica needs only the index.
 
 Only the driver's list is trusted. The list is validated again where it arrives (safe relative
 names only: no `..`, no absolute name). A folder is used only when every listed file hashes to
@@ -20,14 +18,13 @@ not hash a multi-GB index for every replica it starts, it keeps a record of the 
 hashed, each with its `stamp` (inode, size, mtime and ctime: any write changes it), under its
 own `PISERINI_RAY_HOME` (`indexes/verified/`), and hashes again any file whose stamp moved.
 
-A replica fetches in its constructor, off its event loop; it waits on each chunk's future
+A replica fetches on its start-up thread, off its event loop; it waits on each chunk's future
 (`ObjectRef.future()`) on that thread only, never with `ray.get`, which Ray refuses to see in
 an async actor's process ("Using blocking ray.get inside async actor": it blocks the loop).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import shutil
 import time
@@ -36,7 +33,6 @@ from typing import Any
 
 import ray
 from pydantic import BaseModel, ValidationError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.config import default_home
 from piserini_ray.errors import DataError
@@ -49,6 +45,7 @@ from piserini_ray.retrieval.index_files import (
     unsafe_name,
     write_json_cache,
 )
+from piserini_ray.runtime.driver_services import services_name
 
 #: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
 #: enough that a fetch holds a few dozen MB of the object store at once.
@@ -57,9 +54,8 @@ IN_FLIGHT = 4
 
 
 class IndexSource(BaseModel):
-    """Where a replica finds its index: the folder on the driver's node, its file list, and
-    the name of the actor that serves its bytes (on `node`, the driver's node: where a replica
-    starts it if the driver did not)."""
+    """Where a replica finds its index: the folder on the driver's node (`node`), its file
+    list, and the name of the actor there that serves its bytes (`driver_services.py`)."""
 
     path: str
     files: IndexFiles
@@ -67,55 +63,17 @@ class IndexSource(BaseModel):
     node: str | None = None
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]
-class IndexServer:
-    """On the node that has the index: its bytes, one chunk per call.
-
-    An async actor on purpose: a *threaded* actor (sync methods, max_concurrency > 1) that is
-    destroyed before it ran a single task aborts its worker in Ray 2.60 (`~CoreWorker` ->
-    `~ConcurrencyGroupManager` -> `~BoundedExecutor` with its pool's threads still joinable:
-    std::terminate, "terminate called without an active exception", "Fatal Python error:
-    Aborted"). A run whose replicas all find the index on their node never calls this actor,
-    so every such run printed that crash at its end. Reads go to a thread, off the loop."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = Path(folder)
-
-    async def where(self) -> str:
-        return str(ray.util.get_node_ip_address())
-
-    async def chunk(self, relative: str, offset: int, size: int) -> bytes:
-        return await asyncio.to_thread(self._read, relative, offset, size)
-
-    def _read(self, relative: str, offset: int, size: int) -> bytes:
-        path = (self.folder / relative).resolve()
-        if not path.is_relative_to(self.folder.resolve()):  # only the index's own files
-            raise DataError(relative, "not a file of the index")
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(size)
-
-
 def serve_index(folder: Path) -> IndexSource:
-    """The replicas' source of the index at `folder` on this (the driver's) node. Its server
-    is not started here: the driver starts it where another node may call it
-    (`start_server`; hold the handle: the server lives while it is held), else the first
-    replica that needs it does."""
+    """The replicas' source of the index at `folder` on this (the driver's) node, served by
+    the job's actor here (`driver_services(start=True)`, which the driver starts with the
+    replicas)."""
     files = index_files(folder)
-    context = ray.get_runtime_context()
-    name = f"piserini-index:{context.get_job_id()}:{files.content_key}"
-    return IndexSource(path=str(folder), files=files, server=name, node=context.get_node_id())
-
-
-def start_server(source: IndexSource) -> Any:
-    """The index's server: the running one, or one started now on the driver's node."""
-    if source.node is None:  # a source of the driver that started its server
-        return ray.get_actor(source.server)
-    return IndexServer.options(  # type: ignore[attr-defined]
-        name=source.server,
-        get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(source.node, soft=False),
-    ).remote(source.path)
+    return IndexSource(
+        path=str(folder),
+        files=files,
+        server=services_name(),
+        node=ray.get_runtime_context().get_node_id(),
+    )
 
 
 def _same_sizes(folder: Path, files: IndexFiles) -> bool:
@@ -185,7 +143,7 @@ def local_index(source: IndexSource, log: Any = print) -> Path:
 
 
 def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> None:
-    server = start_server(source)
+    server = ray.get_actor(source.server)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
@@ -196,7 +154,7 @@ def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> No
     ]
     pending: list[tuple[tuple[str, int, int], Any]] = []
     for piece in pieces:
-        pending.append((piece, server.chunk.remote(*piece)))
+        pending.append((piece, server.chunk.remote(source.path, *piece)))
         if len(pending) >= IN_FLIGHT:
             _write(partial, *pending.pop(0))
     while pending:

@@ -104,7 +104,6 @@ class QueryJob(BaseModel):
     tools: ToolsConfig
     offline: OfflineConfig  # names an offline model's quota key
     api_base: str | None = None
-    limiter_prefix: str  # the job's limiter actors' names begin so (one per quota key)
     #: The epoch's `seed` request parameter (`EpochsConfig.request_seed`).
     seed: int | None = None
     #: The name of the run's batcher actor (`model.service_tier: batch`).
@@ -247,7 +246,6 @@ class SearchWorker:
             [
                 *settings,
                 str(job.api_base),
-                job.limiter_prefix,
                 str(job.seed),
                 str(job.batcher),
                 *handed,
@@ -259,7 +257,7 @@ class SearchWorker:
                 job.retry,
                 job.offline,
                 api_base=job.api_base,
-                limiters=RayLimiters(job.limiter_prefix),
+                limiters=RayLimiters(),
                 keys=keys,
                 seed=job.seed,
             )

@@ -351,7 +351,7 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
     import ray
 
     from piserini_ray.llm.limiter import quota_key
-    from piserini_ray.runtime.limiter_actor import job_limiter_prefix
+    from piserini_ray.runtime.driver_services import services_name
 
     _in_process_ray()
     run_dir = tmp_path / "run"
@@ -363,10 +363,11 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
         12,
         **{"model.rate_limit": rate_limit, "runtime.max_concurrency": 3},
     )
-    name = job_limiter_prefix() + quota_key(config.model, config.offline)
+    # The limiters live in the job's actor on the driver's node (`driver_services.py`).
+    name, key = services_name(), quota_key(config.model, config.offline)
 
     def limiter_pid() -> int:
-        return ray.get(ray.get_actor(name).stats.remote()).pid
+        return ray.get(ray.get_actor(name).stats.remote(key)).pid
 
     stats: list[object] = []
 
@@ -377,8 +378,8 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # until Ray has brought it back
                 with contextlib.suppress(Exception):
-                    found = ray.get(ray.get_actor(name).stats.remote(), timeout=5)
-                    if found.pid != killed[0]:
+                    found = ray.get(ray.get_actor(name).stats.remote(key), timeout=5)
+                    if found.pid != killed[0] and found.limit > 0:  # the key added again
                         stats.append(found)
                         return
                 time.sleep(0.2)

@@ -1,7 +1,8 @@
 """A node's gateway admits only the run's replicas: its per-run secret, the endpoint's own path
-prefix and methods, bodies up to `MAX_BODY`. The gateway and proxy classes run here as they
-are, without Ray (the proxy's handle is the proxy itself, awaited in the gateway's loop), over
-real HTTP, in front of a provider that records what reaches it."""
+prefix and methods, bodies up to `MAX_BODY`. The gateway class and the proxy's `forward` (what
+the driver's node runs: `driver_services.DriverServices.forward`) run here as they are, without
+Ray (the proxy's handle is awaited in the gateway's loop), over real HTTP, in front of a
+provider that records what reaches it."""
 
 from __future__ import annotations
 
@@ -19,21 +20,25 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
 from echo_provider import EchoProvider
 
-from piserini_ray.runtime.gateway import MAX_BODY, EndpointProxy, NodeGateway, admitted_path
+from piserini_ray.runtime.gateway import MAX_BODY, NodeGateway, admitted_path, forward
 
-Proxy = EndpointProxy.__ray_actor_class__  # type: ignore[attr-defined]
 Gateway = NodeGateway.__ray_actor_class__  # type: ignore[attr-defined]
 
 
-class _Handle:
-    """What a Ray handle gives the gateway: `proxy.forward.remote(...)`, awaited."""
+class _Proxy:
+    """What a Ray handle of the driver's actor gives the gateway: `proxy.forward.remote(...)`,
+    awaited, here `gateway.forward` with a session of its own."""
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self) -> None:
         self.forward = self
-        self._proxy = proxy
+        self._session: Any = None
 
     def remote(self, *args: Any) -> Any:
-        return self._proxy.forward(*args)
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(auto_decompress=False)
+        return forward(self._session, *args)
 
 
 @pytest.fixture
@@ -44,8 +49,8 @@ def served() -> Iterator[tuple[EchoProvider, str, str]]:
     thread.start()
     secret = secrets.token_urlsafe(32)
     with EchoProvider(answer_check=False, statuses=(400,)) as provider:
-        proxy = Proxy(provider.base_url)
-        gateway = Gateway(_Handle(proxy), "/v1")
+        proxy = _Proxy()
+        gateway = Gateway(proxy, provider.base_url)
         url = asyncio.run_coroutine_threadsafe(gateway.url(secret), loop).result(30)
         yield provider, url, secret
         asyncio.run_coroutine_threadsafe(gateway._runner.cleanup(), loop).result(30)
@@ -92,7 +97,7 @@ def test_strangers_wrong_paths_and_methods_are_refused_and_nothing_reaches_the_p
 def test_a_gateway_serves_one_run() -> None:
     loop = asyncio.new_event_loop()
     try:
-        gateway = Gateway(_Handle(None), "/v1")
+        gateway = Gateway(_Proxy(), "http://127.0.0.1:9/v1")
         with pytest.raises(ValueError, match="32 characters"):
             loop.run_until_complete(gateway.url("short"))
         loop.run_until_complete(gateway.url("s" * 32))
@@ -110,3 +115,30 @@ def test_a_gateway_serves_one_run() -> None:
 )  # fmt: skip
 def test_only_the_endpoints_own_prefix(path: str, ok: bool) -> None:
     assert admitted_path(path, "/v1") is ok
+
+
+def test_the_proxy_reaches_only_a_loopback_endpoint_and_its_own_paths() -> None:
+    """The driver's side holds to the gateway's rules too, and sends nothing off the loopback
+    (its endpoint comes with each call: `driver_services.py`)."""
+    with EchoProvider(answer_check=False, statuses=(400,)) as provider:
+        proxy = _Proxy()
+
+        async def ask(origin: str, method: str, path: str) -> int:
+            try:
+                status, _, _ = await proxy.remote(origin, method, path, [], b"{}")
+                return status
+            finally:
+                await proxy._session.close()
+                proxy._session = None
+
+        away = provider.base_url.replace("127.0.0.1", "192.0.2.1")  # TEST-NET-1
+        statuses = {
+            "loopback": asyncio.run(ask(provider.base_url, "POST", "/v1/chat/completions")),
+            "off the loopback": asyncio.run(ask(away, "POST", "/v1/chat/completions")),
+            "another prefix": asyncio.run(ask(provider.base_url, "POST", "/admin/keys")),
+            "method": asyncio.run(ask(provider.base_url, "DELETE", "/v1/files/f1")),
+        }
+        assert statuses == {
+            "loopback": 400, "off the loopback": 403, "another prefix": 403, "method": 403,
+        }  # fmt: skip
+        assert [path for _, path, _ in provider.requests] == ["/v1/chat/completions"]

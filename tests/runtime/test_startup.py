@@ -1,6 +1,6 @@
 """A run starts only what it needs (issue 32), on a local Ray of this module's own (one node):
-no index server when no other node could call it, and a replica that lacks the index starts
-it by name on the driver's node, then fetches through it, waiting on futures (no `ray.get`)."""
+one light actor on the driver's node for the limiters, the index and the endpoints, from which a
+replica that lacks the index fetches it, waiting on futures (no `ray.get`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import ray
 from helpers import fresh_python
+from ray.exceptions import RayTaskError
 from test_shipping import FILES, _index
 
+from piserini_ray.runtime.driver_services import driver_services
 from piserini_ray.runtime.shipping import _fetch, serve_index, verified
 
 pytestmark = pytest.mark.usefixtures("module_ray")
@@ -20,23 +22,29 @@ def _named() -> set[str]:
     return {a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors()}
 
 
-def test_no_index_server_until_a_node_lacks_the_index(
+def test_a_replica_lacking_the_index_fetches_it_from_the_drivers_node_and_nothing_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PISERINI_RAY_HOME", str(tmp_path / "home"))
     folder = _index(tmp_path / "idx-abc")
     source = serve_index(folder)
-    assert source.server not in _named()
     assert source.node == ray.get_runtime_context().get_node_id()
+    services = driver_services(start=True)  # as the driver starts it, with the replicas
+    assert source.server in _named()
 
     logged: list[str] = []
     target = tmp_path / "shipped" / source.files.name
     target.parent.mkdir()
     _fetch(source, source.files, target, logged.append)  # as a replica lacking it
-    # The server was started by the one that needed it, on the driver's node, and served it.
     assert f"shipped from node {ray.util.get_node_ip_address()}" in logged[-1]
     assert {p.name: p.read_bytes() for p in target.iterdir()} == FILES
     assert verified(target, source.files) == []
+    # Only an index folder's own files: the folder comes with each call.
+    (tmp_path / "secret.txt").write_text("not for the cluster")
+    with pytest.raises(RayTaskError, match="not an index folder"):
+        ray.get(services.chunk.remote(str(tmp_path), "secret.txt", 0, 10))
+    with pytest.raises(RayTaskError, match="not a file of the index"):
+        ray.get(services.chunk.remote(str(folder), "../secret.txt", 0, 10))
 
 
 def test_a_hosted_model_is_checked_once_per_node_however_many_replicas_and_runs(
