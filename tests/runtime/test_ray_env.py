@@ -284,8 +284,8 @@ def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_j
     # litellm's import (seconds of CPU) was paid by every replica at its start, on every node
     # at once; the workers a node pre-starts at `ray start` now load it while the cluster is
     # idle (`warm.py`), and the ones Ray starts for a job's light actors (the driver's node's
-    # services, the gateways) load nothing: before, each of those paid a runtime env of its own (Ray's
-    # setup_worker, about 0.6 s of CPU more) to stay cold.
+    # services, the gateways) load nothing: before, each of those paid a runtime env of its
+    # own (Ray's setup_worker, about 0.6 s of CPU more) to stay cold.
     result = _run(
         """
         import json, os, sys, time
