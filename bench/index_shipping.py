@@ -7,10 +7,11 @@ node rebuilding it from the corpus.
 
 Each case is an actor standing for the bare node, with its own empty PISERINI_RAY_HOME: "ship"
 fetches the driver's index from the driver's node (`driver_services.py`; chunked, every file's
-SHA-256 checked) and opens it; "rebuild" builds the index from the corpus and opens it (which a real bare node could
-only do with the corpus copied to it first); "reuse" opens a copy shipped before, re-checking
-every file. Each ends with one search. On one machine the bytes cross Ray's object store but no
-network: a cluster adds its network's transfer time to "ship" (about 1 s a GB at 10 Gb/s).
+SHA-256 checked) and opens it; "rebuild" builds the index from the corpus and opens it (which a
+real bare node could only do with the corpus copied to it first); "reuse" opens a copy shipped
+before, re-checking every file. Each ends with one search. On one machine the bytes cross
+Ray's object store but no network: a cluster adds its network's transfer time to "ship" (about
+1 s a GB at 10 Gb/s).
 """
 
 from __future__ import annotations
