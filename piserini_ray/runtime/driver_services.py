@@ -29,10 +29,11 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from piserini_ray.config import RateLimitConfig
+from piserini_ray.config import ModelConfig, RateLimitConfig
+from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import DataError
-from piserini_ray.llm.limiter import LimiterStats, Outcome
-from piserini_ray.runtime.limiter_actor import Limiters
+from piserini_ray.llm.limiter import LimiterStats, Outcome, quota_key
+from piserini_ray.runtime.limiter_actor import Limiters, RemoteLimiter
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
@@ -139,3 +140,19 @@ def driver_services(start: bool = False) -> Any:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         ).remote()
     return _STARTED[(node, name)]
+
+
+class RayLimiters:
+    """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): each quota key's limiter in
+    the job's actor on the driver's node (`driver_services.py`). The driver starts the actor
+    (`start=True`) and adds its runs' models and judges; replicas find it by its name."""
+
+    def __init__(self, start: bool = False) -> None:
+        self.start = start
+
+    def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
+        key = quota_key(model, offline)
+        handle = driver_services(start=self.start)
+        if self.start:
+            handle.add_limiter.remote(key, model.rate_limit)
+        return RemoteLimiter(handle, key, model.rate_limit)

@@ -24,6 +24,7 @@ import asyncio
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,7 +32,6 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from piserini_ray.llm.secrets import hold
-from piserini_ray.runtime.driver_services import driver_services
 
 #: Headers that describe one hop of HTTP, not the message: each side sets its own.
 _HOP_BY_HOP = {
@@ -187,7 +187,10 @@ class Gateways:
     endpoint (or starts them) before the replicas are placed; `api_base` starts any still
     missing and waits for its URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, proxy: Callable[[], Any]) -> None:
+        """`proxy`: the actor on the driver's node that sends the requests to the endpoint
+        (started, or found, when a gateway first needs it: `driver_services.driver_services`)."""
+        self.proxy = proxy
         self.driver_node = ray.get_runtime_context().get_node_id()
         #: What admits a request to this run's gateways (see the module's docstring).
         self.secret = secrets.token_urlsafe(32)
@@ -221,7 +224,7 @@ class Gateways:
         key = (api_base, node_id)
         if key in self._urls:
             return
-        proxy = driver_services(start=True)
+        proxy = self.proxy()
         if node_id in self._warm:
             self._urls[key] = self._warm.pop(node_id).url.remote(self.secret, proxy, api_base)
             return

@@ -12,7 +12,7 @@ from piserini_ray.judge import judge_records
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.client_builder import build_client
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.runtime.limiter_actor import RayLimiters
+from piserini_ray.runtime.driver_services import RayLimiters
 from piserini_ray.store import RunStore
 
 

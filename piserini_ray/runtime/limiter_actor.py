@@ -11,8 +11,7 @@ from typing import Any
 
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-from piserini_ray.config import ModelConfig, RateLimitConfig
-from piserini_ray.config.offline import OfflineConfig
+from piserini_ray.config import RateLimitConfig
 from piserini_ray.errors import InfrastructureError, RequestTooLarge
 from piserini_ray.llm.failures import Failure
 from piserini_ray.llm.limiter import (
@@ -21,7 +20,6 @@ from piserini_ray.llm.limiter import (
     RateLimiter,
     new_ticket,
     outcome_of,
-    quota_key,
 )
 
 #: The figures of a key not added.
@@ -160,21 +158,3 @@ class RemoteLimiter:
         self, ticket: str, failure: Failure | None, used: tuple[int, int] | None = None
     ) -> None:
         self.handle.release.remote(self.key, ticket, *outcome_of(failure), used)
-
-
-class RayLimiters:
-    """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): each quota key's limiter in
-    the job's actor on the driver's node (`driver_services.py`). The driver starts the actor
-    (`start=True`) and adds its runs' models and judges; replicas find it by its name."""
-
-    def __init__(self, start: bool = False) -> None:
-        self.start = start
-
-    def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
-        from piserini_ray.runtime.driver_services import driver_services
-
-        key = quota_key(model, offline)
-        handle = driver_services(start=self.start)
-        if self.start:
-            handle.add_limiter.remote(key, model.rate_limit)
-        return RemoteLimiter(handle, key, model.rate_limit)

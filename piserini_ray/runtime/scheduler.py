@@ -46,12 +46,12 @@ from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.retrieval.index import find_index
-from piserini_ray.runtime.driver_services import driver_services, services_name
+from piserini_ray.runtime.driver_services import RayLimiters, driver_services, services_name
 from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
-from piserini_ray.runtime.limiter_actor import RayLimiters, RemoteLimiter
+from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
@@ -200,7 +200,8 @@ class Replicas:
         self._limited: list[RunConfig] = []  # the runs whose models' limiters `ready` starts
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
-        self.gateways = Gateways()  # of the loopback endpoints, on the other nodes
+        # Of the loopback endpoints, on the other nodes.
+        self.gateways = Gateways(functools.partial(driver_services, start=True))
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
     def add(

@@ -44,9 +44,9 @@ from piserini_ray.data import Query, load_benchmark
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.retrieval.jvm import boot_jvm
+from piserini_ray.runtime.driver_services import RayLimiters
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
-from piserini_ray.runtime.limiter_actor import RayLimiters
 from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
