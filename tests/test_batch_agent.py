@@ -185,7 +185,9 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    with OfflineProvider(_served(BatchConfig(completion_seconds=5))) as provider:
+    # Each batch takes 2 s: the kill (within 50 ms of the ledger line) lands while the first
+    # is in flight, and the resume's rounds stay short.
+    with OfflineProvider(_served(BatchConfig(completion_seconds=2))) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "killed")
         driver = subprocess.Popen(
             [sys.executable, "-m", "piserini_ray.cli", "run", "--engine", "local",
