@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from piserini_ray.endpoints import ModelEndpoints
+from piserini_ray.runtime.background import on_thread
 
 if TYPE_CHECKING:
     from piserini_ray.config import RunConfig
@@ -67,12 +67,9 @@ class RayEngine:
         # Loaded on this thread, before the bring-up thread starts: two threads importing the
         # package's modules at once (`prepare` the tools, the bring-up the searcher) can meet a
         # module another thread has only begun to import (importlib's KeyError, seen).
-        import piserini_ray.runtime.scheduler  # noqa: F401
+        from piserini_ray.runtime.scheduler import bring_up
 
-        self._bring_up = Future()
-        threading.Thread(
-            target=_bring_up, args=(self._bring_up, configs, log), name="bring-up", daemon=True
-        ).start()
+        self._bring_up = on_thread(lambda: bring_up(configs, log), "bring-up")
 
     def run(self, runs: list[PreparedRun], log: Callable[[str], None]) -> None:
         from piserini_ray.runtime.scheduler import run_prepared
@@ -109,14 +106,3 @@ class RayEngine:
             released = release_ray_async()
             if released is not None:
                 atexit.register(released.join)
-
-
-def _bring_up(
-    future: Future[Replicas], configs: list[RunConfig], log: Callable[[str], None]
-) -> None:
-    try:
-        from piserini_ray.runtime.scheduler import bring_up
-
-        future.set_result(bring_up(configs, log))
-    except BaseException as exc:  # handed to whoever waits
-        future.set_exception(exc)

@@ -29,50 +29,25 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from piserini_ray.config import ModelConfig, RateLimitConfig
+from piserini_ray.config import ModelConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import DataError
-from piserini_ray.llm.limiter import LimiterStats, Outcome, quota_key
+from piserini_ray.llm.limiter import quota_key
+from piserini_ray.runtime.gateway import forward
 from piserini_ray.runtime.limiter_actor import Limiters, RemoteLimiter
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
-class DriverServices:  # max_concurrency: limiter waiters sleep in their calls
-    """An async actor (see the module's docstring). Never a threaded one: a threaded actor
+class DriverServices(Limiters):  # max_concurrency: limiter waiters sleep in their calls
+    """An async actor (see the module's docstring): the limiters' calls are `Limiters`' own
+    (`limiter_actor.RemoteLimiter` makes them). Never a threaded one: a threaded actor
     destroyed before it ran a task aborts its worker in Ray 2.60 (`shipping.py`'s note)."""
 
     def __init__(self) -> None:
         with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
             warnings.simplefilter("ignore")
-            restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
-        self.limiters = Limiters(restarted)
+            super().__init__(bool(ray.get_runtime_context().was_current_actor_reconstructed))
         self._session: Any = None
-
-    # -- the rate limiters (`limiter_actor.RemoteLimiter` calls these)
-
-    async def add_limiter(self, key: str, config: RateLimitConfig) -> None:
-        self.limiters.add(key, config)
-
-    async def acquire(
-        self, key: str, tokens: int, ticket: str, max_output: int | None = None
-    ) -> str:
-        return await self.limiters.acquire(key, tokens, ticket, max_output)
-
-    async def release(
-        self,
-        key: str,
-        ticket: str,
-        outcome: Outcome,
-        retry_after: float | None,
-        used: tuple[int, int] | None = None,
-    ) -> None:
-        await self.limiters.release(key, ticket, outcome, retry_after, used)
-
-    async def abandon(self, key: str, ticket: str) -> None:
-        await self.limiters.abandon(key, ticket)
-
-    async def stats(self, key: str) -> LimiterStats:
-        return self.limiters.stats(key)
 
     # -- index shipping (`shipping.py`)
 
@@ -87,8 +62,6 @@ class DriverServices:  # max_concurrency: limiter waiters sleep in their calls
     async def forward(
         self, origin: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        from piserini_ray.runtime.gateway import forward
-
         if self._session is None:
             import aiohttp
 

@@ -35,7 +35,7 @@ class Limiters:
     `acquire` is one call that returns when its slot is granted (waiters sleep on their key's
     condition, woken by every release), instead of thousands of polls.
 
-    Keys are added by whoever first needs them (`add`, with the quota). After Ray restarted
+    Keys are added by whoever first needs them (`add_limiter`, with the quota). After Ray restarted
     the actor (`restarted`), the pool has lost its windows: each key added again then admits
     nothing for one window (`RateLimiter.assume_window_full`), so a restart never doubles a
     quota."""
@@ -46,7 +46,7 @@ class Limiters:
         self.released: dict[str, asyncio.Condition] = {}
         self.abandoned: set[str] = set()  # tickets are unique across keys
 
-    def add(self, key: str, config: RateLimitConfig) -> None:
+    async def add_limiter(self, key: str, config: RateLimitConfig) -> None:
         if key not in self.limiters:
             limiter = RateLimiter(config)
             if self.restarted:
@@ -105,7 +105,7 @@ class Limiters:
         else:
             self.abandoned.add(ticket)
 
-    def stats(self, key: str) -> LimiterStats:
+    async def stats(self, key: str) -> LimiterStats:
         """The key's figures (zeros for a key not added), with this process's pid."""
         limiter = self.limiters.get(key)
         found = limiter.stats() if limiter is not None else _NONE

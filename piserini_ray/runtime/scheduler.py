@@ -223,7 +223,7 @@ class Replicas:
         # After the replicas, which take the workers Ray pre-started (the model client loaded:
         # `warm.py`): one light worker that serves the index, the gateways and the limiters.
         driver_services(start=True)
-        self._limited += [c for c in configs if c not in self._limited]
+        self._limited += configs  # (one limiter per quota key: `_start_limiters`)
         # A model behind the driver's loopback (the offline provider the run starts) is reached
         # from the other nodes through gateways: theirs boot now, their endpoint comes later.
         if any(c.offline.serves(c.model) or is_loopback(c.model.api_base) for c in configs):

@@ -20,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +42,7 @@ from piserini_ray.data import Query, load_benchmark
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.retrieval.jvm import boot_jvm
+from piserini_ray.runtime.background import on_thread
 from piserini_ray.runtime.driver_services import RayLimiters
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
@@ -69,20 +68,6 @@ MODEL_MODULES = (
 def _load_model_modules() -> None:
     for name in MODEL_MODULES:
         importlib.import_module(name)
-
-
-def _on_thread(work: Callable[[], Any], name: str) -> Future[Any]:
-    """`work` on a daemon thread of its own: its result (or error) as a future."""
-    done: Future[Any] = Future()
-
-    def run() -> None:
-        try:
-            done.set_result(work())
-        except BaseException as error:  # handed to whoever awaits it
-            done.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return done
 
 
 #: Key values by variable name, handed by the driver (`secrets.driver_keys`).
@@ -154,7 +139,7 @@ class SearchWorker:
         self._first: float | None = None
         self._clients: dict[str, LLMClient] = {}
         # A failed import is raised where the module is used (the check, the first query).
-        self._imports = _on_thread(_load_model_modules, "imports")
+        self._imports = on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
         self._encoder = RemoteQueryEncoder(encoders) if encoders else None
         jvm = self._jvm.submit(_boot, retrieval.jvm_heap)  # boots while the index is fetched
@@ -168,7 +153,7 @@ class SearchWorker:
             _say(f"searcher open, {time.monotonic() - began:.2f} s after the worker started")
             return searcher
 
-        self._opening = _on_thread(start, "start-up")
+        self._opening = on_thread(start, "start-up")
 
     async def _searcher(self) -> SearchBackend:
         """The searcher, once open; a failure to open it (a damaged index, a missing corpus)
