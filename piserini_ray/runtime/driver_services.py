@@ -118,14 +118,13 @@ def driver_services(start: bool = False) -> Any:
 class RayLimiters:
     """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): each quota key's limiter in
     the job's actor on the driver's node (`driver_services.py`). The driver starts the actor
-    (`start=True`) and adds its runs' models and judges; replicas find it by its name."""
+    (`start=True`); replicas find it by its name."""
 
     def __init__(self, start: bool = False) -> None:
         self.start = start
 
     def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
+        # The key is added by its first call (`RemoteLimiter.acquire`), not sent ahead: a call
+        # left in flight when the driver ends is retried by Ray against a dying actor.
         key = quota_key(model, offline)
-        handle = driver_services(start=self.start)
-        if self.start:
-            handle.add_limiter.remote(key, model.rate_limit)
-        return RemoteLimiter(handle, key, model.rate_limit)
+        return RemoteLimiter(driver_services(start=self.start), key, model.rate_limit)
