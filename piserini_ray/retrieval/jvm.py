@@ -165,6 +165,13 @@ def autoclass(name: str) -> Any:
     return _autoclass(name)
 
 
+def cast(name: str, value: Any) -> Any:
+    """`value` seen as the Java class `name` (pyjnius picks an overload by the static type)."""
+    from jnius import cast as _cast
+
+    return _cast(name, value)
+
+
 def jvm_max_heap_bytes() -> int:
     return int(autoclass("java.lang.Runtime").getRuntime().maxMemory())
 
