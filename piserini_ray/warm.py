@@ -11,12 +11,12 @@ manifests). A local Ray that a run starts sets neither: it has no idle time to p
 (measured: pre-started workers loading litellm during its start made the run slower).
 
 Ray preloads in every Python worker it starts, also the ones it starts later for a job's
-light actors (limiters, gateways, index servers), which never use a model client. So this
-module loads only in a worker Ray pre-started for no job (`RAY_JOB_ID` is the nil job's id: the
-ones `ray start` pre-starts while the cluster sits idle); a worker started for a job's actor
-loads nothing, so a light actor takes no more than Ray's own start-up, and a replica on such a
-worker (a later run, Ray did not pre-start new ones) loads the client itself, on its import
-thread, as on a Ray without the setting.
+light actors (the driver's node's services: `driver_services.py`), which never use a model
+client. So this module loads only in a worker Ray pre-started for no job (`RAY_JOB_ID` is the
+nil job's id: the ones `ray start` pre-starts while the cluster sits idle); a worker started
+for a job's actor loads nothing, so a light actor takes no more than Ray's own start-up, and a
+replica on such a worker (a later run, Ray did not pre-start new ones) loads the client itself,
+on its import thread, as on a Ray without the setting.
 
 Third-party modules only: a worker keeps what it preloaded for its life, and this package's own
 modules, loaded before a code update on disk, would run stale while `code_identity` (which reads

@@ -222,7 +222,7 @@ class LLMClient:
         (a loopback endpoint needs none)."""
         name = key_variable(self.model, self.api_base)
         if name is None:
-            # A self-hosted endpoint (the loopback provider, vLLM, a node's gateway to it)
+            # A self-hosted endpoint (the loopback provider, vLLM, a replica's relay to it)
             # needs no secret but the OpenAI client insists on one.
             return "no-key" if self.api_base else None
         handed = self._keys.get(name)

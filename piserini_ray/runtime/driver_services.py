@@ -3,8 +3,8 @@ of that node.
 
 - The cluster-wide rate limiters, one per quota key (`limiter_actor.Limiters`).
 - The bytes of an index, for a replica on a node that lacks it (`shipping.py`).
-- Requests to a loopback endpoint of that node, forwarded from the other nodes' gateways
-  (`gateway.py`: the gateways stay on their nodes, this is their proxy).
+- Requests to a loopback endpoint of that node, forwarded by the relays of replicas on other
+  nodes (`relay.py`: each relay runs in its replica, this sends the requests on).
 
 Why one actor and not one each: every actor is a worker process of its own, and a worker's
 start costs about 0.6 s of CPU (Ray's own imports and registration), at the start of the run,
@@ -33,8 +33,8 @@ from piserini_ray.config import ModelConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import DataError
 from piserini_ray.llm.limiter import quota_key
-from piserini_ray.runtime.gateway import forward
 from piserini_ray.runtime.limiter_actor import Limiters, RemoteLimiter
+from piserini_ray.runtime.relay import forward
 
 
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
@@ -57,7 +57,7 @@ class DriverServices(Limiters):  # max_concurrency: limiter waiters sleep in the
     async def chunk(self, folder: str, relative: str, offset: int, size: int) -> bytes:
         return await asyncio.to_thread(read_chunk, Path(folder), relative, offset, size)
 
-    # -- the proxy of the gateways (`gateway.py`)
+    # -- the other nodes' relays (`relay.py`)
 
     async def forward(
         self, origin: str, method: str, path: str, headers: list[tuple[str, str]], body: bytes

@@ -48,7 +48,6 @@ from piserini_ray.records import QueryRecord, Usage, now_iso
 from piserini_ray.retrieval.index import find_index
 from piserini_ray.runtime.driver_services import RayLimiters, driver_services, services_name
 from piserini_ray.runtime.encoders import start_node_encoders
-from piserini_ray.runtime.gateway import Gateways, is_loopback
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
@@ -60,6 +59,7 @@ from piserini_ray.runtime.readiness import (
     nodes_that_fit,
     started,
 )
+from piserini_ray.runtime.relay import relayed
 from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
 
@@ -189,7 +189,7 @@ class Replicas:
     retrieval settings (shared by the runs that have them), the query encoders of dense groups
     (their handles held, so they live as long as the job), and the job's actor on the driver's
     node (`driver_services.py`: a limiter per quota key of the runs' models and judges, the
-    index's bytes for other nodes, the gateways' proxy)."""
+    index's bytes for other nodes, the other nodes' requests to its loopback endpoints)."""
 
     def __init__(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
         """`configs`: every run of the job, so that the CPU fit counts all of their groups,
@@ -200,8 +200,6 @@ class Replicas:
         self._limited: list[RunConfig] = []  # the runs whose models' limiters `ready` starts
         self.groups: dict[str, _Group] = {}
         self.encoders: list[Any] = []
-        # Of the loopback endpoints, on the other nodes.
-        self.gateways = Gateways(functools.partial(driver_services, start=True))
         self.cpus = _replica_cpus(configs, self.runtime, log)
 
     def add(
@@ -221,13 +219,10 @@ class Replicas:
                 found = (indexes or {}).get(key) or _built_index(config)
                 self.groups[key] = self._start_group(config, found, log)
         # After the replicas, which take the workers Ray pre-started (the model client loaded:
-        # `warm.py`): one light worker that serves the index, the gateways and the limiters.
+        # `warm.py`): one light worker that serves the index, the limiters and the other
+        # nodes' relays.
         driver_services(start=True)
         self._limited += configs  # (one limiter per quota key: `_start_limiters`)
-        # A model behind the driver's loopback (the offline provider the run starts) is reached
-        # from the other nodes through gateways: theirs boot now, their endpoint comes later.
-        if any(c.offline.serves(c.model) or is_loopback(c.model.api_base) for c in configs):
-            self.gateways.warm(self.nodes_for_replicas())
 
     def _start_limiters(self) -> None:
         """The limiters of the runs' models, added once their replicas are placed (their first
@@ -328,7 +323,6 @@ class Replicas:
             for actor in group.actors:
                 ray.kill(actor)
         self.groups.clear()
-        self.gateways.close()
 
 
 def _built_index(config: RunConfig) -> Path | None:
@@ -377,10 +371,7 @@ def run_prepared(
             str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
             for run in todo
         }
-        gateways, nodes = replicas.gateways, replicas.nodes_for_replicas()
-        for base in set(bases.values()):  # before the replicas are placed
-            gateways.prepare(base, nodes)
-        dispatcher = Dispatcher(todo, bases, replicas, gateways, log)
+        dispatcher = Dispatcher(todo, bases, replicas, log)
         try:
             replicas.ready(log, dispatcher.model_checks)
             dispatcher.raise_check_failures()
@@ -395,7 +386,6 @@ def run_prepared(
                 alongside.close(cancel=interrupted)
                 loading.join()  # no import of the driver's may meet it half-done
         finally:
-            gateways.close()
             dispatcher.stop_batchers()
     finally:
         if replicas is not None:
@@ -441,13 +431,12 @@ class Dispatcher:
         runs: list[PreparedRun],
         bases: dict[str, str | None],
         replicas: Replicas,
-        gateways: Gateways,
         log: Callable[[str], None],
     ) -> None:
         self.runs = runs
         self.bases = bases
         self.replicas = replicas
-        self.gateways = gateways
+        self.driver_node = ray.get_runtime_context().get_node_id()
         self.log = log
         self.queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
         self.in_flight: dict[Any, _InFlight] = {}
@@ -538,8 +527,9 @@ class Dispatcher:
 
     def _job(self, plan: PreparedRun, query: Query, node: str) -> QueryJob:
         """The query as its replica runs it, on `node`: a loopback endpoint of the driver's
-        node is reached there through that node's gateway."""
+        node is reached from another node through the replica's relay."""
         config = plan.config
+        base = self.bases[str(plan.run_dir)]
         return QueryJob(
             run_id=plan.store.run_id,
             config_hash=plan.store.config_hash,
@@ -549,7 +539,8 @@ class Dispatcher:
             agent=config.agent,
             tools=config.tools,
             offline=config.offline,
-            api_base=self.gateways.api_base(self.bases[str(plan.run_dir)], node),
+            api_base=base,
+            relay=relayed(base, node, self.driver_node),
             seed=config.run.request_seed(),
             batcher=self.batchers[str(plan.run_dir)][0]
             if str(plan.run_dir) in self.batchers

@@ -43,9 +43,10 @@ from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.retrieval.jvm import boot_jvm
 from piserini_ray.runtime.background import on_thread
-from piserini_ray.runtime.driver_services import RayLimiters
+from piserini_ray.runtime.driver_services import RayLimiters, driver_services
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
+from piserini_ray.runtime.relay import Relay
 from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
 from piserini_ray.tools.session import search_query
@@ -89,6 +90,9 @@ class QueryJob(BaseModel):
     tools: ToolsConfig
     offline: OfflineConfig  # names an offline model's quota key
     api_base: str | None = None
+    #: Whether `api_base` is a loopback endpoint of the driver's node that this replica, on
+    #: another node, reaches through its relay (`relay.py`).
+    relay: bool = False
     #: The epoch's `seed` request parameter (`EpochsConfig.request_seed`).
     seed: int | None = None
     #: The name of the run's batcher actor (`model.service_tier: batch`).
@@ -138,6 +142,7 @@ class SearchWorker:
         _say("worker started")
         self._first: float | None = None
         self._clients: dict[str, LLMClient] = {}
+        self._relays: dict[str, Relay] = {}  # by the endpoint they reach (`QueryJob.relay`)
         # A failed import is raised where the module is used (the check, the first query).
         self._imports = on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
@@ -208,7 +213,7 @@ class SearchWorker:
             probe_model(job.model),
             job.retry.model_copy(update={"max_attempts": 1}),
             job.offline,
-            api_base=job.api_base,
+            api_base=await self._api_base(job),
             limiters=None,
             keys=keys,
         )
@@ -220,17 +225,26 @@ class SearchWorker:
         _say(f"model check of {job.model.name} answered in {time.monotonic() - began:.2f} s")
         return None
 
-    def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
+    async def _api_base(self, job: QueryJob) -> str | None:
+        """The URL this replica's client calls for `job.api_base`: its relay's, if relayed."""
+        if not job.relay or job.api_base is None:
+            return job.api_base
+        if job.api_base not in self._relays:
+            self._relays[job.api_base] = Relay(job.api_base, driver_services)
+        return await self._relays[job.api_base].url()
+
+    async def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
         from piserini_ray.llm.client_builder import build_client
         from piserini_ray.runtime.batcher_actor import RayBatcher
 
+        api_base = await self._api_base(job)  # (awaited before the lookup: no await after it)
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
         handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(keys.items())]
         key = "|".join(
             [
                 *settings,
-                str(job.api_base),
+                str(api_base),
                 str(job.seed),
                 str(job.batcher),
                 *handed,
@@ -241,7 +255,7 @@ class SearchWorker:
                 job.model,
                 job.retry,
                 job.offline,
-                api_base=job.api_base,
+                api_base=api_base,
                 limiters=RayLimiters(),
                 keys=keys,
                 seed=job.seed,
@@ -273,7 +287,7 @@ class SearchWorker:
         record = await run_query(
             job.query,
             session,
-            self._client(job, keys),
+            await self._client(job, keys),
             job.agent,
             tool_schemas(job.tools),
             run_id=job.run_id,

@@ -283,9 +283,9 @@ def test_token_auth_switched_off_in_the_environment_is_refused(monkeypatch) -> N
 def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_job_do_not() -> None:
     # litellm's import (seconds of CPU) was paid by every replica at its start, on every node
     # at once; the workers a node pre-starts at `ray start` now load it while the cluster is
-    # idle (`warm.py`), and the ones Ray starts for a job's light actors (the driver's node's
-    # services, the gateways) load nothing: before, each of those paid a runtime env of its
-    # own (Ray's setup_worker, about 0.6 s of CPU more) to stay cold.
+    # idle (`warm.py`), and the ones Ray starts for a job's light actor (the driver's node's
+    # services) load nothing: before, each light actor paid a runtime env of its own (Ray's
+    # setup_worker, about 0.6 s of CPU more) to stay cold.
     result = _run(
         """
         import json, os, sys, time
@@ -298,7 +298,6 @@ def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_j
         start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))
         import ray
         from piserini_ray.runtime.driver_services import DriverServices
-        from piserini_ray.runtime.gateway import NodeGateway
 
         node = ray._private.worker._global_node
         raylet = node.all_processes["raylet"][0].process.pid
@@ -330,10 +329,7 @@ def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_j
         first = Probe.remote()  # the node's one CPU: the pre-started worker
         prestarted = ray.get(first.seen.remote(), timeout=240)
         for_the_job = ray.get(Probe.options(num_cpus=0).remote().seen.remote(), timeout=240)
-        light = [
-            c._default_options.get("runtime_env")
-            for c in (DriverServices, NodeGateway)
-        ]
+        light = [DriverServices._default_options.get("runtime_env")]
         release_ray_async().join()
         print(json.dumps({"prestarted": prestarted, "for_the_job": for_the_job,
                           "light": light, "driver": "litellm" in sys.modules}))
@@ -342,7 +338,7 @@ def test_workers_ray_prestarts_load_the_model_client_and_workers_started_for_a_j
     assert result["prestarted"] == [True, "ffffffff"]
     loaded, job = result["for_the_job"]
     assert loaded is False and job != "ffffffff"
-    assert result["light"] == [None] * 2  # no runtime env of their own
+    assert result["light"] == [None]  # no runtime env of its own
     assert result["driver"] is False  # the driver never loads it for the setting's sake
 
 
