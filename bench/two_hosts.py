@@ -2,7 +2,7 @@
 joined by a veth pair, host 2 a bare node with its own /tmp, HOME and PISERINI_RAY_HOME):
 `piserini-ray run` from host 1 at 40 and 80 queries (the sample's questions, cycled), a model
 whose every call takes 0.5 s (the offline provider's fixed latency, behind a hosted model's
-name so that each node checks it through its gateway), 2 queries at once per replica, one
+name so that each node checks it through its relay), 2 queries at once per replica, one
 replica per host, no quotas. Each measurement gets a fresh kit (Ray up and idle before the
 clock starts: its idle workers have loaded the model client, `piserini_ray/warm.py`; host 2 has
 never seen the index), so host 2 pays everything else a joining node pays.
@@ -13,7 +13,7 @@ Printed and appended to RESULTS.md: the makespans (the command, start to exit), 
 where a joining node's seconds go, from the run's own log lines (the replicas' lines carry the
 time they were said at; the driver's are timed as they arrive): worker start (the driver's
 "starting ... searcher replica(s)" to the replica's "worker started"), index (ready on that
-node), JVM (up, index open), model check (through the node's gateway), and the first query.
+node), JVM (up, index open), model check (through the replica's relay), and the first query.
 Goals (issue 32): two / one at least 1.8x at 40 queries and 1.9x at 80. Needs root.
 """
 

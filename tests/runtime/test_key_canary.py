@@ -4,7 +4,7 @@ every Ray we start).
 - A canary key, in a variable with an innocuous name (`RUN_LABEL_B`, named by
   `model.api_key_env`), goes to a provider on host 1's loopback that quotes the key it was sent
   in every error (tests/llm/echo_provider.py), from both hosts: at the batch tier (the run's
-  batcher actor sends the batches; the one-word checks cross host 2's gateway) and on the
+  batcher actor sends the batches; the one-word checks cross host 2's relay) and on the
   refused-key path (each node's check refused, with the key in the error; on Ray the driver
   checks no agent model itself: its replicas do, from every node). Then the canary, raw and
   as base64, URL-encoded, JSON-escaped and hex, is searched in

@@ -5,7 +5,7 @@ host 1 with the key in its own environment only.
 
 - A hosted-model run (a key-checking loopback provider beside the driver) completes every query
   with replicas on both hosts: the key travels from the driver in memory, the provider's
-  endpoint is reached from host 2 through that node's gateway, and the key's value is in no
+  endpoint is reached from host 2 through the replica's relay, and the key's value is in no
   file of the run, of either host's Ray, or of the logs.
 - The main job's own offline rehearsal completes every query on both hosts.
 - A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
