@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,12 @@ from piserini_ray.retrieval.index_files import (
 )
 from piserini_ray.runtime.driver_services import services_name
 
-#: Bytes per chunk, and chunks in flight per fetch: big enough to stream at disk speed, small
-#: enough that a fetch holds a few dozen MB of the object store at once.
+#: Bytes per chunk, and bytes in flight per fetch: big enough to stream at disk speed, small
+#: enough that a fetch holds a few dozen MB of the object store at once. Counted in bytes, not
+#: chunks: an index has dozens of small files (one chunk each), which are all asked for at once
+#: rather than four round trips at a time.
 CHUNK_BYTES = 8 << 20
-IN_FLIGHT = 4
+IN_FLIGHT_BYTES = 4 * CHUNK_BYTES
 
 
 class IndexSource(BaseModel):
@@ -147,18 +150,22 @@ def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> No
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
+    origin = server.where.remote()  # (for the log line: asked now, not after the last chunk)
     pieces = [
         (item.path, offset, min(CHUNK_BYTES, item.size - offset))
         for item in files.files
         for offset in range(0, max(item.size, 1), CHUNK_BYTES)
     ]
-    pending: list[tuple[tuple[str, int, int], Any]] = []
+    pending: deque[tuple[tuple[str, int, int], Any]] = deque()
+    in_flight = 0
     for piece in pieces:
+        while pending and in_flight + piece[2] > IN_FLIGHT_BYTES:
+            in_flight -= pending[0][0][2]
+            _write(partial, *pending.popleft())
         pending.append((piece, server.chunk.remote(source.path, *piece)))
-        if len(pending) >= IN_FLIGHT:
-            _write(partial, *pending.pop(0))
+        in_flight += piece[2]
     while pending:
-        _write(partial, *pending.pop(0))
+        _write(partial, *pending.popleft())
     # Hashed whole; what hashed right is recorded for the target it becomes (a rename moves
     # no file's inode or times).
     bad = verified(partial, files, _record(target, files))
@@ -172,7 +179,7 @@ def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> No
     partial.rename(target)
     seconds = time.monotonic() - started
     log(
-        f"index {files.name}: shipped from node {_result(server.where.remote())} to "
+        f"index {files.name}: shipped from node {_result(origin)} to "
         f"{target}: {files.bytes:,} bytes in {seconds:.1f} s "
         f"({files.bytes / max(seconds, 1e-6) / 2**20:.1f} MiB/s), content key {files.content_key}"
     )
