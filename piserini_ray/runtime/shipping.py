@@ -150,7 +150,7 @@ def _fetch(source: IndexSource, files: IndexFiles, target: Path, log: Any) -> No
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     started = time.monotonic()
-    origin = server.where.remote()  # (for the log line: asked now, not after the last chunk)
+    origin: Any = server.where.remote()  # (for the log line: asked now, not after the last chunk)
     pieces = [
         (item.path, offset, min(CHUNK_BYTES, item.size - offset))
         for item in files.files
