@@ -47,6 +47,48 @@ def test_a_replica_lacking_the_index_fetches_it_from_the_drivers_node_and_nothin
         ray.get(services.chunk.remote(str(folder), "../secret.txt", 0, 10))
 
 
+def test_a_fetch_keeps_its_bytes_in_flight_bounded_and_asks_small_files_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks are asked for while their bytes in flight stay within `IN_FLIGHT_BYTES`: files
+    split over several chunks come back whole, and small files go out together rather than
+    one bounded batch of round trips after another."""
+    from piserini_ray.runtime import shipping
+
+    monkeypatch.setenv("PISERINI_RAY_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(shipping, "CHUNK_BYTES", 1000)  # _0.cfs: 6 chunks, segments_1: 1
+    monkeypatch.setattr(shipping, "IN_FLIGHT_BYTES", 2500)
+    source = serve_index(_index(tmp_path / "idx-bounded"))
+    services = driver_services(start=True)
+    asked: list[int] = []  # bytes in flight each time a chunk is asked for
+    outstanding = [0]
+
+    class Counting:  # the actor's handle, counting what is asked and not yet written
+        def __init__(self) -> None:
+            self.chunk, self.where = self, services.where
+
+        def remote(self, folder: str, relative: str, offset: int, size: int) -> object:
+            outstanding[0] += size
+            asked.append(outstanding[0])
+            return services.chunk.remote(folder, relative, offset, size)
+
+    written = shipping.write_chunk
+
+    def write(folder: Path, piece: tuple[str, int, int], data: bytes) -> None:
+        outstanding[0] -= piece[2]
+        written(folder, piece, data)
+
+    monkeypatch.setattr(shipping.ray, "get_actor", lambda name: Counting())
+    monkeypatch.setattr(shipping, "write_chunk", write)
+    target = tmp_path / "shipped" / source.files.name
+    target.parent.mkdir()
+    _fetch(source, source.files, target, lambda line: None)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == FILES
+    # _0.cfs two chunks at a time (a third would pass 2500), then both small files at once.
+    assert [p.path for p in source.files.files] == ["_0.cfs", "index.json", "segments_1"]
+    assert asked == [1000, 2000, 2000, 2000, 2000, 2000, 2011, 2311]
+
+
 def test_a_hosted_model_is_checked_once_per_node_however_many_replicas_and_runs(
     sample_index: Path, index_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
