@@ -118,13 +118,15 @@ def driver_services(start: bool = False) -> Any:
 class RayLimiters:
     """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): each quota key's limiter in
     the job's actor on the driver's node (`driver_services.py`). The driver starts the actor
-    (`start=True`); replicas find it by its name."""
+    (`start=True`); a replica hands over the `services` handle it looked up once."""
 
-    def __init__(self, start: bool = False) -> None:
+    def __init__(self, start: bool = False, services: Any = None) -> None:
         self.start = start
+        self.services = services
 
     def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
         # The key is added by its first call (`RemoteLimiter.acquire`), not sent ahead: a call
         # left in flight when the driver ends is retried by Ray against a dying actor.
         key = quota_key(model, offline)
-        return RemoteLimiter(driver_services(start=self.start), key, model.rate_limit)
+        services = self.services or driver_services(start=self.start)
+        return RemoteLimiter(services, key, model.rate_limit)

@@ -105,8 +105,8 @@ class Relay:
 
     def __init__(self, origin: str, proxy: Callable[[], Any]) -> None:
         """`origin`: the endpoint on the driver's node (`http://127.0.0.1:PORT/v1`); `proxy`:
-        finds the job's actor there (`driver_services.driver_services`, a blocking lookup:
-        called off the event loop, once, at the first request)."""
+        gives the job's actor there (the replica's `_driver_services`, a blocking lookup:
+        called off the event loop, at the first request, until it succeeds)."""
         self.origin = origin
         self.prefix = urlsplit(origin).path.rstrip("/")  # kept in the URL it hands out
         self._find_proxy = proxy

@@ -661,7 +661,7 @@ class Dispatcher:
 
 def _waiting(limiters: dict[str, RemoteLimiter]) -> int:
     try:
-        asked = [limiter.handle.stats.remote(key) for key, limiter in limiters.items()]
+        asked = [limiter.handle.stats.remote(limiter.key) for limiter in limiters.values()]
         return sum(s.waiting for s in ray.get(asked, timeout=2))
     except Exception:  # progress must never stop the run
         return 0

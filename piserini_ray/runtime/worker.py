@@ -143,6 +143,7 @@ class SearchWorker:
         self._first: float | None = None
         self._clients: dict[str, LLMClient] = {}
         self._relays: dict[str, Relay] = {}  # by the endpoint they reach (`QueryJob.relay`)
+        self._services: Any = None  # the job's actor on the driver's node, once looked up
         # A failed import is raised where the module is used (the check, the first query).
         self._imports = on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
@@ -225,19 +226,28 @@ class SearchWorker:
         _say(f"model check of {job.model.name} answered in {time.monotonic() - began:.2f} s")
         return None
 
+    def _driver_services(self) -> Any:
+        """The job's actor on the driver's node (limiters, relayed requests), looked up once:
+        a blocking lookup, so called off the event loop."""
+        if self._services is None:
+            self._services = driver_services()
+        return self._services
+
     async def _api_base(self, job: QueryJob) -> str | None:
         """The URL this replica's client calls for `job.api_base`: its relay's, if relayed."""
         if not job.relay or job.api_base is None:
             return job.api_base
         if job.api_base not in self._relays:
-            self._relays[job.api_base] = Relay(job.api_base, driver_services)
+            self._relays[job.api_base] = Relay(job.api_base, self._driver_services)
         return await self._relays[job.api_base].url()
 
     async def _client(self, job: QueryJob, keys: Keys) -> LLMClient:
         from piserini_ray.llm.client_builder import build_client
         from piserini_ray.runtime.batcher_actor import RayBatcher
 
-        api_base = await self._api_base(job)  # (awaited before the lookup: no await after it)
+        # Both awaited before the lookup below: no await after it.
+        api_base = await self._api_base(job)
+        services = self._services or await asyncio.to_thread(self._driver_services)
         settings = [m.model_dump_json() for m in (job.model, job.retry, job.offline)]
         # In memory only; a rotated key gets a new client.
         handed = [f"{k}={v.get_secret_value()}" for k, v in sorted(keys.items())]
@@ -256,7 +266,7 @@ class SearchWorker:
                 job.retry,
                 job.offline,
                 api_base=api_base,
-                limiters=RayLimiters(),
+                limiters=RayLimiters(services=services),
                 keys=keys,
                 seed=job.seed,
             )
