@@ -40,8 +40,12 @@ from piserini_ray.runtime.relay import forward
 @ray.remote(num_cpus=0, max_concurrency=100_000)  # type: ignore[call-overload]
 class DriverServices(Limiters):  # max_concurrency: limiter waiters sleep in their calls
     """An async actor (see the module's docstring): the limiters' calls are `Limiters`' own
-    (`limiter_actor.RemoteLimiter` makes them). Never a threaded one: a threaded actor
-    destroyed before it ran a task aborts its worker in Ray 2.60 (`shipping.py`'s note)."""
+    (`limiter_actor.RemoteLimiter` makes them). Never a threaded one (sync methods,
+    max_concurrency > 1): one destroyed before it ran a single task aborts its worker in Ray
+    2.60 (`~CoreWorker` -> `~BoundedExecutor` with its pool's threads still joinable:
+    "terminate called without an active exception", "Fatal Python error: Aborted"), and a run
+    whose replicas all find the index on their node never calls `chunk`. File reads go to a
+    thread, off the loop."""
 
     def __init__(self) -> None:
         with warnings.catch_warnings():  # Ray's property reads its own deprecated actor_id
