@@ -3,14 +3,14 @@ or `run_on_ray`), each answer is judged as soon as its record is written, while 
 queries still run, so the judging no longer starts after the last query.
 
 The driver's thread only hands each record over (`submit`: no import, no call); one thread of
-its own, started by the first answer (after the replicas' first, busiest seconds), imports the
-judge (litellm: seconds, while the replicas work) and runs an asyncio loop
-with `judge.concurrency` calls at once per judge, through the same client, limiter and
-endpoint as the judging after the run (`judging.judge_client`), and writes each verdict into
-the run's store as it comes. What it has not judged when the queries end (a judge that
-failed, a call cut by Ctrl-C, a batch-tier judge, which is never judged here) the judging
-after the run does: it judges every answer without a verdict, so nothing is judged twice or
-left out.
+its own, started with the replicas (made before the driver waits for them), imports the judge
+(litellm: seconds of CPU, spent while the driver only waits and the replicas boot, not beside
+the queries) and runs an asyncio loop with `judge.concurrency` calls at once per judge,
+through the same client, limiter and endpoint as the judging after the run
+(`judging.judge_client`), and writes each verdict into the run's store as it comes. What it
+has not judged when the queries end (a judge that failed, a call cut by Ctrl-C, a batch-tier
+judge, which is never judged here) the judging after the run does: it judges every answer
+without a verdict, so nothing is judged twice or left out.
 """
 
 from __future__ import annotations
@@ -66,12 +66,13 @@ class JudgeAlongside:
         self._closing = False
         self._cancel = False
         self._broken: str | None = None
-        # Started by the first answer: its imports (seconds of CPU) then no longer meet the
-        # replicas' first queries, the busiest seconds of the run.
         self._thread = threading.Thread(target=self._main, name="judge-alongside", daemon=True)
         if self.judges:
             names = sorted({j.judge_model().name for js in self.judges.values() for j in js})
             log(f"each answer is judged as it comes, by {', '.join(names)}")
+            # Now, not at the first answer: its imports (seconds of CPU) then meet the replicas'
+            # start-up, which leaves the driver's core idle, and not the queries.
+            self._thread.start()
         else:
             self.imported.set()
 
@@ -83,8 +84,6 @@ class JudgeAlongside:
         with self._lock:
             self._pending.append((judges, plan.store, query, record))
             loop, wake = self._loop, self._wake
-            if self._thread.ident is None and not self._closing:
-                self._thread.start()
         if loop is not None and wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop ended: the judging after does it
                 loop.call_soon_threadsafe(wake.set)
@@ -97,9 +96,6 @@ class JudgeAlongside:
         with self._lock:
             self._closing, self._cancel = True, cancel
             loop, wake = self._loop, self._wake
-            if self._thread.ident is None:  # no answer came
-                self.imported.set()
-                return
         if loop is not None and wake is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(wake.set)

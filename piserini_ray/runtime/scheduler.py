@@ -372,20 +372,19 @@ def run_prepared(
             for run in todo
         }
         dispatcher = Dispatcher(todo, bases, replicas, log)
+        # The judge's imports, then the reports', load while the driver waits for the replicas.
+        dispatcher.alongside = alongside = JudgeAlongside(todo, endpoints, log)
+        loading = _load_meanwhile(AFTER_THE_QUERIES, after=alongside.imported)
+        interrupted = True
         try:
             replicas.ready(log, dispatcher.model_checks)
             dispatcher.raise_check_failures()
-            dispatcher.start_batchers()
-            dispatcher.alongside = alongside = JudgeAlongside(todo, endpoints, log)
-            loading = _load_meanwhile(AFTER_THE_QUERIES, after=alongside.imported)
-            interrupted = True
-            try:
-                dispatcher.run()
-                interrupted = False
-            finally:
-                alongside.close(cancel=interrupted)
-                loading.join()  # no import of the driver's may meet it half-done
+            dispatcher.start_batchers(after=loading)
+            dispatcher.run()
+            interrupted = False
         finally:
+            alongside.close(cancel=interrupted)
+            loading.join()  # no import of the driver's may meet it half-done
             dispatcher.stop_batchers()
     finally:
         if replicas is not None:
@@ -396,9 +395,9 @@ def _load_meanwhile(
     modules: tuple[str, ...], after: threading.Event | None = None
 ) -> threading.Thread:
     """Import `modules` on a thread of their own, once `after` is set (another thread's
-    imports are done). Started once the queries go out: from then on the driver's own thread
-    imports nothing they share (two threads importing the same package's modules at once
-    have failed in importlib)."""
+    imports are done). Started once the replicas are asked for: from then on the driver's own
+    thread imports nothing they share (two threads importing the same package's modules at
+    once have failed in importlib)."""
 
     def load() -> None:
         if after is not None:
@@ -454,14 +453,16 @@ class Dispatcher:
         #: Judges each answer as it comes, for the runs judged next (`run_prepared` sets it).
         self.alongside: JudgeAlongside | None = None
 
-    def start_batchers(self) -> None:
+    def start_batchers(self, after: threading.Thread) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
-        replica hands it its queries' turns, so one batch holds the turns of the whole run."""
+        replica hands it its queries' turns, so one batch holds the turns of the whole run.
+        `after`: the thread loading the driver's other modules, which this one waits for."""
         batched = [plan for plan in self.runs if plan.config.model.service_tier == "batch"]
         if not batched:
-            return  # and litellm, seconds of imports beside the first queries, stays unloaded
-        # Imported here: litellm comes with them, and `bring_up` imports this module before it
-        # starts the replicas.
+            return
+        # Imported here, once no other thread imports: litellm comes with them, and
+        # `bring_up` imports this module before it starts the replicas.
+        after.join()
         from piserini_ray.llm.client import LLMClient
         from piserini_ray.runtime.batcher_actor import start_batcher
 
