@@ -3,10 +3,10 @@ or `run_on_ray`), each answer is judged as soon as its record is written, while 
 queries still run, so the judging no longer starts after the last query.
 
 The driver's thread only hands each record over (`submit`: no import, no call); one thread of
-its own, started with the replicas (made before the driver waits for them), imports the judge
-(litellm: seconds of CPU, spent while the driver only waits and the replicas boot, not beside
-the queries) and runs an asyncio loop with `judge.concurrency` calls at once per judge,
-through the same client, limiter and endpoint as the judging after the run
+its own, started once the replicas are up (not at the first answer, in the queries' busiest
+seconds; not before, where on a small machine it slows the replicas' start), imports the
+judge (litellm: seconds of CPU) and runs an asyncio loop with `judge.concurrency` calls at
+once per judge, through the same client, limiter and endpoint as the judging after the run
 (`judging.judge_client`), and writes each verdict into the run's store as it comes. What it
 has not judged when the queries end (a judge that failed, a call cut by Ctrl-C, a batch-tier
 judge, which is never judged here) the judging after the run does: it judges every answer
@@ -70,9 +70,7 @@ class JudgeAlongside:
         if self.judges:
             names = sorted({j.judge_model().name for js in self.judges.values() for j in js})
             log(f"each answer is judged as it comes, by {', '.join(names)}")
-            # Now, not at the first answer: its imports (seconds of CPU) then meet the replicas'
-            # start-up, which leaves the driver's core idle, and not the queries.
-            self._thread.start()
+            self._thread.start()  # now: see the module's docstring for when it is made
         else:
             self.imported.set()
 

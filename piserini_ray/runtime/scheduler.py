@@ -372,13 +372,14 @@ def run_prepared(
             for run in todo
         }
         dispatcher = Dispatcher(todo, bases, replicas, log)
-        # The judge's imports, then the reports', load while the driver waits for the replicas.
+        replicas.ready(log, dispatcher.model_checks)
+        dispatcher.raise_check_failures()
+        # The judge's imports, then the reports', load from now on: after the replicas' start
+        # (on a small machine they would slow it), before most of the queries' work.
         dispatcher.alongside = alongside = JudgeAlongside(todo, endpoints, log)
         loading = _load_meanwhile(AFTER_THE_QUERIES, after=alongside.imported)
         interrupted = True
         try:
-            replicas.ready(log, dispatcher.model_checks)
-            dispatcher.raise_check_failures()
             dispatcher.start_batchers(after=loading)
             dispatcher.run()
             interrupted = False
@@ -395,7 +396,7 @@ def _load_meanwhile(
     modules: tuple[str, ...], after: threading.Event | None = None
 ) -> threading.Thread:
     """Import `modules` on a thread of their own, once `after` is set (another thread's
-    imports are done). Started once the replicas are asked for: from then on the driver's own
+    imports are done). Started once the replicas are up: from then on the driver's own
     thread imports nothing they share (two threads importing the same package's modules at
     once have failed in importlib)."""
 
