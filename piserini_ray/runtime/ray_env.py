@@ -12,12 +12,13 @@ threads), so the thread that starts Ray lives until Ray is let go, and shuts it 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Literal
@@ -200,15 +201,41 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
     num_cpus = runtime.num_cpus or os.cpu_count() or 1
     # "local": a new instance, even where `ray start` (or a test cluster) left an address file
     # that a bare ray.init() would attach to, and then refuse our num_cpus.
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        object_store_memory=runtime.object_store_mb * 2**20,
-        include_dashboard=runtime.dashboard,
-        log_to_driver=True,
-    )
+    with _api_server_skipped(not runtime.dashboard):
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            object_store_memory=runtime.object_store_mb * 2**20,
+            include_dashboard=runtime.dashboard,
+            log_to_driver=True,
+        )
     _connected = "started"
     log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")
+
+
+@contextlib.contextmanager
+def _api_server_skipped(skip: bool) -> Iterator[None]:
+    """Within: a Ray started here starts no API server when `skip`. Ray starts one even with
+    `include_dashboard=False` (the dashboard's head process, then loading only its usage-stats
+    module) and `ray.init` waits for it to publish its address: on 2 cores, 1.2-1.7 s of the
+    local Ray's start and 1.2 s of CPU (measured; bench/README.md), for nothing a run uses.
+    Without it Ray runs as it does when that server fails to start (no address, no process).
+    Ray 2.60's own function, replaced only for this start; where a Ray has no such function,
+    nothing is skipped."""
+    services = sys.modules.get("ray._private.services")
+    original = getattr(services, "start_api_server", None)
+    if not skip or original is None:
+        yield
+        return
+
+    def no_api_server(*_args: object, **_kwargs: object) -> tuple[None, None]:
+        return None, None  # (its address, its process): what Ray keeps when it fails to start
+
+    services.start_api_server = no_api_server  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        services.start_api_server = original  # type: ignore[union-attr]
 
 
 class _DropMessage(logging.Filter):

@@ -137,6 +137,39 @@ def test_a_program_that_imported_ray_first_gets_a_local_ray_that_admits_its_driv
     assert result["squares"] == [0, 1, 4]
 
 
+@pytest.mark.parametrize("dashboard", [False, True])
+def test_a_local_ray_without_the_dashboard_starts_no_api_server(dashboard: bool) -> None:
+    # Ray starts its API server (the dashboard's head process) even with the dashboard off,
+    # and ray.init waits for it: seconds of a 2-core machine's start for nothing a run uses.
+    result = _run(
+        f"""
+        import json
+        import ray
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime.ray_env import release_ray_async, start_ray
+
+        start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100, dashboard={dashboard}))
+        node = ray._private.worker._global_node
+        started = sorted(node.all_processes)
+        import ray._private.services as services
+
+        @ray.remote
+        class Echo:
+            def echo(self, x):
+                return x
+
+        echoed = ray.get(Echo.remote().echo.remote("up"), timeout=120)
+        restored = services.start_api_server.__name__
+        release_ray_async().join()
+        print(json.dumps({{"started": started, "echoed": echoed, "restored": restored}}))
+        """
+    )
+    assert result["echoed"] == "up"
+    assert ("dashboard" in result["started"]) is dashboard, result["started"]
+    assert "raylet" in result["started"] and "gcs_server" in result["started"]
+    assert result["restored"] == "start_api_server"  # Ray's own again once Ray is up
+
+
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
     result = _run(
         """
