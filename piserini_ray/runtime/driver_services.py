@@ -122,15 +122,16 @@ def driver_services(start: bool = False) -> Any:
 class RayLimiters:
     """The limiter registry on Ray (`llm.limiter.LimiterRegistry`): each quota key's limiter in
     the job's actor on the driver's node (`driver_services.py`). The driver starts the actor
-    (`start=True`); a replica hands over the `services` handle it looked up once."""
+    (`start=True`); a replica hands over the `services` handle it looked up once, and `ride`."""
 
-    def __init__(self, start: bool = False, services: Any = None) -> None:
+    def __init__(self, start: bool = False, services: Any = None, ride: bool = False) -> None:
         self.start = start
         self.services = services
+        self.ride = ride  # see `RemoteLimiter`: a replica's limiters let a call's end ride
 
     def limiter(self, model: ModelConfig, offline: OfflineConfig) -> RemoteLimiter:
         # The key is added by its first call (`RemoteLimiter.acquire`), not sent ahead: a call
         # left in flight when the driver ends is retried by Ray against a dying actor.
         key = quota_key(model, offline)
         services = self.services or driver_services(start=self.start)
-        return RemoteLimiter(services, key, model.rate_limit)
+        return RemoteLimiter(services, key, model.rate_limit, self.ride)

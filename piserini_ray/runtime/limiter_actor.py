@@ -28,6 +28,12 @@ _NONE = LimiterStats(
 )
 #: `Limiters.acquire`'s answer for a quota key it does not hold (yet, or since a restart).
 UNKNOWN = "unknown"
+#: How long a call's clean end may wait to ride on the replica's next `acquire` of the same
+#: key (one round trip a model turn instead of two); if none comes, it is sent alone. A
+#: rate-limit or capacity answer is sent at once, with the ends that wait before it.
+RIDE_SECONDS = 0.05
+#: A call's end, as `Limiters.release` takes it: (ticket, outcome, retry_after, used).
+Release = tuple[str, Outcome, float | None, tuple[int, int] | None]
 
 
 class Limiters:
@@ -55,11 +61,18 @@ class Limiters:
             self.released[key] = asyncio.Condition()
 
     async def acquire(
-        self, key: str, tokens: int, ticket: str, max_output: int | None = None
+        self,
+        key: str,
+        tokens: int,
+        ticket: str,
+        max_output: int | None = None,
+        ended: list[Release] | None = None,
     ) -> str:
         """Wait for a slot: "granted", "abandoned" (the ticket gave up meanwhile), `UNKNOWN`
         (no such key: add it, then ask again), or the message of a `RequestTooLarge` (raised
-        again by the caller, not here: a Ray task error would hide its type)."""
+        again by the caller, not here: a Ray task error would hide its type). `ended`: the
+        caller's calls of this key that ended since it last asked, released first."""
+        await self.release_all(key, ended or [])
         limiter = self.limiters.get(key)
         if limiter is None:
             return UNKNOWN
@@ -95,6 +108,17 @@ class Limiters:
         async with self.released[key]:
             self.released[key].notify_all()
 
+    async def release_all(self, key: str, ended: list[Release]) -> None:
+        """`release` each, in order, and wake the waiters once. A ticket released already (a
+        call sent again after the actor restarted) is a no-op."""
+        limiter = self.limiters.get(key)
+        if limiter is None or not ended:
+            return
+        for ticket, outcome, retry_after, used in ended:
+            limiter.release(ticket, outcome, retry_after, *(used or (None, None)))
+        async with self.released[key]:
+            self.released[key].notify_all()
+
     async def abandon(self, key: str, ticket: str) -> None:
         """The ticket was cancelled: drop its wait, or give back the slot it may hold."""
         limiter = self.limiters.get(key)
@@ -120,21 +144,48 @@ class RemoteLimiter:
     Ray restarts that actor if its process dies: while it restarts, callers wait. If it is gone
     for good, a call never goes ahead unlimited: it raises `InfrastructureError`, and the
     scheduler runs the query again once it can.
+
+    With `ride` (a replica's, whose event loop lives as long as it does), a call's clean end
+    (`report`) rides on this process's next `acquire` of the key if one comes within
+    `RIDE_SECONDS`, else goes alone: a model turn costs one round trip to the actor, not two.
+    The slot is held that much longer (never a quota overfilled); an answer that slows the
+    provider down (rate limit, quota, capacity) goes at once, after the ends before it, so the
+    actor counts the calls really in flight; `flush` sends what waits (a replica, at each
+    query's end: nothing waits when it goes). Without `ride` (the driver's judges, whose
+    loops end with their judging), every end goes at once.
     """
 
-    def __init__(self, handle: Any, key: str, config: RateLimitConfig) -> None:
+    def __init__(self, handle: Any, key: str, config: RateLimitConfig, ride: bool = False) -> None:
         self.handle = handle
         self.key = key
         self.config = config
+        self.ride = ride
+        self._ended: list[Release] = []
+        self._alone: asyncio.TimerHandle | None = None
+
+    def _take_ended(self) -> list[Release]:
+        if self._alone is not None:
+            self._alone.cancel()
+            self._alone = None
+        ended, self._ended = self._ended, []
+        return ended
+
+    def flush(self) -> None:
+        """Send the ends that wait for a ride."""
+        ended = self._take_ended()
+        if ended:
+            self.handle.release_all.remote(self.key, ended)
 
     async def acquire(self, estimated_tokens: int, max_output: int | None = None) -> str:
         ticket = new_ticket()
+        ended = self._take_ended()
         try:
             while True:
                 try:
                     answer = await self.handle.acquire.remote(
-                        self.key, estimated_tokens, ticket, max_output
+                        self.key, estimated_tokens, ticket, max_output, ended
                     )
+                    ended = []  # delivered: a call sent again would release nothing more
                     if answer == UNKNOWN:
                         await self.handle.add_limiter.remote(self.key, self.config)
                         continue
@@ -151,10 +202,18 @@ class RemoteLimiter:
                 if answer.startswith("too large: "):
                     raise RequestTooLarge(answer.removeprefix("too large: "))
         except asyncio.CancelledError:
+            if ended:  # perhaps never delivered: released again (a no-op if they were)
+                self.handle.release_all.remote(self.key, ended)
             self.handle.abandon.remote(self.key, ticket)
             raise
 
     def report(
         self, ticket: str, failure: Failure | None, used: tuple[int, int] | None = None
     ) -> None:
-        self.handle.release.remote(self.key, ticket, *outcome_of(failure), used)
+        outcome, retry_after = outcome_of(failure)
+        self._ended.append((ticket, outcome, retry_after, used))
+        if not self.ride or outcome not in ("ok", "error"):
+            self.flush()  # the provider pushed back: every caller must know now
+        elif self._alone is None:
+            loop = asyncio.get_running_loop()
+            self._alone = loop.call_later(RIDE_SECONDS, self.flush)

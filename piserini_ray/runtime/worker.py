@@ -46,6 +46,7 @@ from piserini_ray.runtime.background import on_thread
 from piserini_ray.runtime.driver_services import RayLimiters, driver_services
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
 from piserini_ray.runtime.identity import code_identity
+from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.runtime.relay import Relay
 from piserini_ray.runtime.shipping import IndexSource, local_index
 from piserini_ray.tools import ToolResult, ToolSession, tool_schemas
@@ -266,7 +267,7 @@ class SearchWorker:
                 job.retry,
                 job.offline,
                 api_base=api_base,
-                limiters=RayLimiters(services=services),
+                limiters=RayLimiters(services=services, ride=True),
                 keys=keys,
                 seed=job.seed,
             )
@@ -294,16 +295,21 @@ class SearchWorker:
         if first:
             self._first = time.monotonic()
             _say("first query started")
-        record = await run_query(
-            job.query,
-            session,
-            await self._client(job, keys),
-            job.agent,
-            tool_schemas(job.tools),
-            run_id=job.run_id,
-            config_hash=job.config_hash,
-            tool_runner=self._run_tool,
-        )
+        client = await self._client(job, keys)
+        try:
+            record = await run_query(
+                job.query,
+                session,
+                client,
+                job.agent,
+                tool_schemas(job.tools),
+                run_id=job.run_id,
+                config_hash=job.config_hash,
+                tool_runner=self._run_tool,
+            )
+        finally:
+            if isinstance(client.limiter, RemoteLimiter):
+                client.limiter.flush()  # its last call's end: none waits once the query ends
         if first:
             _say(f"first query done in {time.monotonic() - (self._first or 0.0):.2f} s")
         return record.model_dump(mode="json")

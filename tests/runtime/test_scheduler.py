@@ -14,10 +14,13 @@ import pytest
 import ray
 import yaml
 from conftest import finishes
+from helpers import wait_for
 
 from piserini_ray.config import RunConfig, load_config
+from piserini_ray.llm.limiter import quota_key
 from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
 from piserini_ray.pipeline import run_on_ray
+from piserini_ray.runtime.driver_services import driver_services
 from piserini_ray.sweep import expand_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,6 +154,15 @@ def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tm
         faults = [r.fault for r in provider.requests]
     assert summary.statuses == {"completed": 2}
     assert len(faults) >= 10 and "quota" not in faults  # the server never had to refuse one
+    # Every call's end reached the limiter, the last one's too (a replica's ends ride on its
+    # next acquire; each query's end sends what waits): no slot is held after the run.
+    key = quota_key(config.model, config.offline)
+    services = driver_services(start=True)
+    wait_for(
+        "every slot given back",
+        lambda: ray.get(services.stats.remote(key), timeout=60).in_flight == 0,
+        deadline_s=60,
+    )
     records = [
         orjson.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_bytes().splitlines()
     ]
