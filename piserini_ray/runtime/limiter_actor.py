@@ -101,17 +101,13 @@ class Limiters:
         retry_after: float | None,
         used: tuple[int, int] | None = None,
     ) -> None:
-        limiter = self.limiters.get(key)
-        if limiter is None:  # granted before a restart: the new window holds it already
-            return
-        limiter.release(ticket, outcome, retry_after, *(used or (None, None)))
-        async with self.released[key]:
-            self.released[key].notify_all()
+        await self.release_all(key, [(ticket, outcome, retry_after, used)])
 
     async def release_all(self, key: str, ended: list[Release]) -> None:
-        """`release` each, in order, and wake the waiters once. A ticket released already (a
-        call sent again after the actor restarted) is a no-op."""
+        """Give each slot back, in order, and wake the waiters once. A ticket released already
+        (a call sent again after the actor restarted) is a no-op."""
         limiter = self.limiters.get(key)
+        # No such key: granted before a restart, and the new window holds it already.
         if limiter is None or not ended:
             return
         for ticket, outcome, retry_after, used in ended:
@@ -213,7 +209,7 @@ class RemoteLimiter:
         outcome, retry_after = outcome_of(failure)
         self._ended.append((ticket, outcome, retry_after, used))
         if not self.ride or outcome not in ("ok", "error"):
-            self.flush()  # the provider pushed back: every caller must know now
+            self.flush()  # no ride, or the provider pushed back: every caller must know now
         elif self._alone is None:
             loop = asyncio.get_running_loop()
             self._alone = loop.call_later(RIDE_SECONDS, self.flush)
