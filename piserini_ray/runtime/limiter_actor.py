@@ -168,7 +168,9 @@ class RemoteLimiter:
 
     def flush(self) -> None:
         """Send the ends that wait for a ride."""
-        ended = self._take_ended()
+        self._send(self._take_ended())
+
+    def _send(self, ended: list[Release]) -> None:
         if ended:
             self.handle.release_all.remote(self.key, ended)
 
@@ -198,8 +200,7 @@ class RemoteLimiter:
                 if answer.startswith("too large: "):
                     raise RequestTooLarge(answer.removeprefix("too large: "))
         except asyncio.CancelledError:
-            if ended:  # perhaps never delivered: released again (a no-op if they were)
-                self.handle.release_all.remote(self.key, ended)
+            self._send(ended)  # perhaps never delivered: sent again (a no-op if they were)
             self.handle.abandon.remote(self.key, ticket)
             raise
 
