@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -113,7 +114,7 @@ def wait_until_idle(kit: TwoHosts, hosts: int, deadline_s: float = 120) -> None:
     print("the idle workers did not settle: measuring anyway", file=sys.stderr)
 
 
-def measure(hosts: int, queries: int, index_root: Path) -> Measured:
+def measure(hosts: int, queries: int, index_root: Path, keep: Path | None = None) -> Measured:
     # A checkout on PYTHONPATH (a clone of the commit to measure) is what host 2 imports too.
     extra = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
     kit = OneHost(host2_env=extra) if hosts == 1 else TwoHosts(host2_env=extra)
@@ -150,16 +151,21 @@ def measure(hosts: int, queries: int, index_root: Path) -> Measured:
             tail = "\n".join(line for _, line in measured.lines[-60:])
             raise SystemExit(f"the run on {hosts} host(s) failed ({code}):\n{tail}")
         print(f"{hosts} host(s), {queries} queries: {measured.makespan:.1f} s", file=sys.stderr)
+        if keep is not None:  # the run's records and its output, to look into by hand
+            kept = keep / f"{hosts}h-{queries}q-{datetime.now(UTC):%H%M%S}"
+            shutil.copytree(run_dir, kept)
+            output = "".join(f"{t:.3f} {line}\n" for t, line in measured.lines)
+            (kept / "output.txt").write_text(output)
         return measured
 
 
-def _measured(hosts: int, queries: int, index_root: Path) -> Measured:
+def _measured(hosts: int, queries: int, index_root: Path, keep: Path | None) -> Measured:
     """`measure`, tried once more (and said so) if the run failed."""
     try:
-        return measure(hosts, queries, index_root)
+        return measure(hosts, queries, index_root, keep)
     except SystemExit as failed:
         print(f"{failed}\n(trying once more)", file=sys.stderr)
-        return measure(hosts, queries, index_root)
+        return measure(hosts, queries, index_root, keep)
 
 
 def _at(m: Measured, clock: str) -> float:
@@ -266,6 +272,9 @@ def main() -> None:
     parser.add_argument("--queries", default="40,80")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--label", default="", help="what is measured (a commit), in the title")
+    parser.add_argument(
+        "--keep", type=Path, help="copy each run's directory and output here, to look into"
+    )
     args = parser.parse_args()
     if reason := skip_reason():
         raise SystemExit(f"two hosts cannot be made here: {reason}")
@@ -277,7 +286,7 @@ def main() -> None:
             for queries in counts:
                 for hosts in (1, 2):  # side by side, in turn
                     results.setdefault((hosts, queries), []).append(
-                        _measured(hosts, queries, index_root)
+                        _measured(hosts, queries, index_root, args.keep)
                     )
     lines = header(
         "Two hosts against one (issue 32)" + (f": {args.label}" if args.label else ""),

@@ -37,8 +37,21 @@ NO_JOB = "ffffffff"
 #: What the replicas' model client imports that takes seconds (the package's own
 #: `LITELLM_LOCAL_MODEL_COST_MAP` is set by `piserini_ray/__init__.py`, imported first):
 #: litellm (3-4 s of CPU) and the OpenAI SDK's resources, which it loads on its first call
-#: (half a second, in every node's model check).
-MODULES = ("litellm", "openai.resources", "orjson")
+#: (half a second, in every node's model check); numpy, which the replica's own modules import
+#: (the document store); and what litellm imports lazily on its first call of a route
+#: (`FIRST_CALL`: a tenth of a second more in that check, which the first query waits for).
+MODULES = ("litellm", "openai.resources", "orjson", "numpy")
+#: litellm's modules that its first call imports (the proxy's types, a route's lazily loaded
+#: config, its service logger), as the pinned litellm has them; tests/test_warm.py fails when
+#: a first call through the model client imports any litellm module not loaded by now.
+FIRST_CALL = (
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.llms.litellm_proxy.chat.transformation",
+    "litellm.llms.openai_like.dynamic_config",
+    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
+    "litellm.proxy.openai_files_endpoints.common_utils",
+)
 
 
 def preloading() -> bool:
@@ -63,7 +76,20 @@ def load() -> list[str]:
         return []
     for name in MODULES:
         importlib.import_module(name)
-    return list(MODULES)
+    return [*MODULES, *first_call()]
+
+
+def first_call() -> list[str]:
+    """Import `FIRST_CALL`; the names imported. One that a litellm release moved is skipped:
+    its first call then imports it, as it would without this."""
+    loaded = []
+    for name in FIRST_CALL:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        loaded.append(name)
+    return loaded
 
 
 load()

@@ -70,6 +70,7 @@ MODEL_MODULES = (
 def _load_model_modules() -> None:
     for name in MODEL_MODULES:
         importlib.import_module(name)
+    warm.first_call()  # off the event loop, before the model check's call needs them
 
 
 #: Key values by variable name, handed by the driver (`secrets.driver_keys`).

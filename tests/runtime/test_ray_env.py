@@ -389,4 +389,4 @@ def test_the_warm_modules_load_only_where_ray_preloads_them_in_a_prestarted_work
     monkeypatch.setenv("RAY_JOB_ID", "02000000")
     assert warm.prestarted() is False and warm.load() == []  # started for a job's actor
     monkeypatch.setenv("RAY_JOB_ID", "ffffffff")
-    assert warm.prestarted() is True and warm.load() == list(warm.MODULES)
+    assert warm.prestarted() is True and warm.load() == [*warm.MODULES, *warm.FIRST_CALL]

@@ -1,0 +1,55 @@
+"""What a warm worker preloads (`piserini_ray/warm.py`) against what the model client really
+imports: checked in a new interpreter, with a real call to the offline provider on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import orjson
+
+SCRIPT = """
+import asyncio, json, sys
+from piserini_ray import warm
+from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig
+from piserini_ray.offline import OfflineProvider
+from piserini_ray.runtime.worker import _load_model_modules
+
+_load_model_modules()  # what a replica loads on its import thread: warm's modules and ours
+from piserini_ray.llm.check import PROMPT, probe_model
+from piserini_ray.llm.client_builder import build_client
+from pydantic import SecretStr
+
+offline = OfflineConfig(model_aliases={"gpt-5.4-mini": "offline/heuristic"})
+model = ModelConfig(name="gpt-5.4-mini", litellm_model="openai/gpt-5.4-mini")
+with OfflineProvider(offline) as provider:
+    client = build_client(
+        probe_model(model), RetryConfig(max_attempts=1), offline,
+        api_base=provider.base_url, limiters=None,
+        keys={"OPENAI_API_KEY": SecretStr("sk-test-warm")},
+    )
+    before = set(sys.modules)
+    text = asyncio.run(client.complete(PROMPT))
+    new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("litellm", "openai"))
+print(json.dumps({"new": new, "answered": bool(text), "first_call": warm.first_call()}))
+"""
+
+
+def test_a_first_model_call_after_the_warm_modules_imports_no_more_of_the_client() -> None:
+    # The node's model check is the first call of a replica's client, and the first query
+    # waits for it: litellm's lazily imported modules (a tenth of a second of CPU at every
+    # replica's start) are loaded by the warm worker or the import thread, not by that call.
+    # A litellm release that imports others on its first call fails here: add them to
+    # `warm.FIRST_CALL`.
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = orjson.loads(done.stdout.strip().splitlines()[-1])
+    assert result["answered"] is True
+    assert result["new"] == []
+    assert result["first_call"] == list(__import__("piserini_ray.warm").warm.FIRST_CALL)
