@@ -9,6 +9,8 @@ import textwrap
 
 import orjson
 
+from piserini_ray import warm
+
 SCRIPT = """
 import asyncio, json, sys
 from piserini_ray import warm
@@ -30,9 +32,13 @@ with OfflineProvider(offline) as provider:
         keys={"OPENAI_API_KEY": SecretStr("sk-test-warm")},
     )
     before = set(sys.modules)
-    text = asyncio.run(client.complete(PROMPT))
+    completion = asyncio.run(client.complete(PROMPT))
     new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("litellm", "openai"))
-print(json.dumps({"new": new, "answered": bool(text), "first_call": warm.first_call()}))
+print(json.dumps({
+    "new": new,
+    "prompt_tokens": completion.usage.input_tokens,  # the provider's count: it answered
+    "first_call": warm.first_call(),
+}))
 """
 
 
@@ -50,6 +56,6 @@ def test_a_first_model_call_after_the_warm_modules_imports_no_more_of_the_client
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = orjson.loads(done.stdout.strip().splitlines()[-1])
-    assert result["answered"] is True
+    assert result["prompt_tokens"] > 0
     assert result["new"] == []
-    assert result["first_call"] == list(__import__("piserini_ray.warm").warm.FIRST_CALL)
+    assert result["first_call"] == list(warm.FIRST_CALL)  # each is a module of this litellm
