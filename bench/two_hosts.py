@@ -7,14 +7,15 @@ replica per host, no quotas. Each measurement gets a fresh kit (Ray up and idle 
 clock starts: its idle workers have loaded the model client, `piserini_ray/warm.py`; host 2 has
 never seen the index), so host 2 pays everything else a joining node pays.
 
-    python bench/two_hosts.py [--queries 40,80] [--repeats 1]
+    python bench/two_hosts.py [--queries 40,80] [--repeats 1] [--keep DIR]
 
 Printed and appended to RESULTS.md: the makespans (the command, start to exit), the ratio, and
 where a joining node's seconds go, from the run's own log lines (the replicas' lines carry the
 time they were said at; the driver's are timed as they arrive): worker start (the driver's
 "starting ... searcher replica(s)" to the replica's "worker started"), index (ready on that
 node), JVM (up, index open), model check (through the replica's relay), and the first query.
-Goals (issue 32): two / one at least 1.8x at 40 queries and 1.9x at 80. Needs root.
+Goals (issue 32): two / one at least 1.8x at 40 queries and 1.9x at 80. Needs root. `--keep DIR`
+copies each run's directory (records, report) and its timed output (`output.txt`) into DIR.
 """
 
 from __future__ import annotations

@@ -3,11 +3,10 @@ imports: checked in a new interpreter, with a real call to the offline provider 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import orjson
+from helpers import fresh_python
 
 from piserini_ray import warm
 
@@ -48,14 +47,7 @@ def test_a_first_model_call_after_the_warm_modules_imports_no_more_of_the_client
     # replica's start) are loaded by the warm worker or the import thread, not by that call.
     # A litellm release that imports others on its first call fails here: add them to
     # `warm.FIRST_CALL`.
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = orjson.loads(done.stdout.strip().splitlines()[-1])
+    result = orjson.loads(fresh_python(textwrap.dedent(SCRIPT)).strip().splitlines()[-1])
     assert result["prompt_tokens"] > 0
     assert result["new"] == []
     assert result["first_call"] == list(warm.FIRST_CALL)  # each is a module of this litellm
