@@ -20,14 +20,17 @@ on its import thread, as on a Ray without the setting.
 
 Third-party modules only: a worker keeps what it preloaded for its life, and this package's own
 modules, loaded before a code update on disk, would run stale while `code_identity` (which reads
-the files) vouched for the new code.
+the files) vouched for the new code. So the node's JVM class archive, if it is missing, is made
+by a process of its own (`make_class_archive`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
+import threading
 
 #: This module, as `RAY_preload_python_modules` (each node's `ray start`) names it.
 PRELOAD = "piserini_ray.warm"
@@ -76,7 +79,18 @@ def load() -> list[str]:
         return []
     for name in MODULES:
         importlib.import_module(name)
+    make_class_archive()
     return [*MODULES, *first_call()]
+
+
+def make_class_archive() -> None:
+    """Have the node's JVM class archive made if it is missing (`retrieval/class_archive.py`:
+    2 s of CPU once per install, which every replica's JVM then saves), in a process of its
+    own: this one imports none of the package's modules (see the module's docstring). Its
+    failure is said in the worker's log; the replicas then boot without it."""
+    command = [sys.executable, "-m", "piserini_ray.retrieval._archive_main"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    threading.Thread(target=child.wait, name="class-archive", daemon=True).start()
 
 
 def first_call() -> list[str]:

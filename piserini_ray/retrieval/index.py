@@ -30,7 +30,7 @@ from piserini_ray.data.benchmark import Corpus
 from piserini_ray.errors import IndexBuildError
 from piserini_ray.retrieval.docstore import DocstoreWriter
 from piserini_ray.retrieval.index_files import read_json_cache, write_json_cache
-from piserini_ray.retrieval.jvm import anserini_jar, child_env
+from piserini_ray.retrieval.jvm import anserini_jar, child_env, ensure_class_archive
 
 INDEX_FORMAT = 1
 
@@ -111,6 +111,8 @@ def build_index(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         log(f"indexed {num_docs} documents in {info.build_seconds:.1f} s")
+        # A machine's first index comes before its first searcher: its JVMs boot faster.
+        ensure_class_archive()
         return final
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from piserini_ray.errors import PiseriniRayError
+from piserini_ray.retrieval.class_archive import ensure_archive, sharing_options
 
 _lock = threading.Lock()
 _booted_heap: str | None = None
@@ -75,12 +76,22 @@ def anserini_jar() -> Path:
     return jars[-1]
 
 
+def module_options(home: Path) -> list[str]:
+    """The module options of the runtime at `home` (its class archive is dumped with them)."""
+    return [f"--add-modules={VECTOR_MODULE}"] if VECTOR_MODULE in runtime_modules(home) else []
+
+
 def jvm_options(heap: str, home: Path) -> list[str]:
+    modules = module_options(home)
     # -Xrs leaves SIGINT / SIGTERM to Python, so Ctrl-C reaches our handlers, not the JVM's.
-    options = [f"-Xmx{heap}", "-Xrs"]
-    if VECTOR_MODULE in runtime_modules(home):
-        options.append(f"--add-modules={VECTOR_MODULE}")
-    return options
+    # The class archive, where this machine has one, spares the JVM parsing its classes.
+    return [f"-Xmx{heap}", "-Xrs", *modules, *sharing_options(home, anserini_jar(), modules)]
+
+
+def ensure_class_archive() -> Path | None:
+    """This install's JVM class archive (`class_archive.py`), dumped if missing."""
+    home = java_home()
+    return ensure_archive(home, anserini_jar(), module_options(home))
 
 
 def child_env(heap: str = "1g") -> dict[str, str]:
@@ -170,6 +181,11 @@ def cast(name: str, value: Any) -> Any:
     from jnius import cast as _cast
 
     return _cast(name, value)
+
+
+def class_archive_mapped() -> bool:
+    """Whether this process's JVM maps a class archive (`class_archive.py`)."""
+    return "sharing" in str(autoclass("java.lang.System").getProperty("java.vm.info"))
 
 
 def jvm_max_heap_bytes() -> int:

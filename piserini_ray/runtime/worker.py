@@ -41,7 +41,7 @@ from piserini_ray.config import (
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.retrieval import ensure_index
 from piserini_ray.retrieval.backends import SearchBackend, open_backend
-from piserini_ray.retrieval.jvm import boot_jvm
+from piserini_ray.retrieval.jvm import boot_jvm, class_archive_mapped
 from piserini_ray.runtime.background import on_thread
 from piserini_ray.runtime.driver_services import RayLimiters, driver_services
 from piserini_ray.runtime.encoders import RemoteQueryEncoder
@@ -118,7 +118,8 @@ def _say(message: str) -> None:
 def _boot(heap: str) -> None:
     began = time.monotonic()
     boot_jvm(heap)
-    _say(f"JVM up in {time.monotonic() - began:.2f} s")
+    archive = "class archive mapped" if class_archive_mapped() else "no class archive"
+    _say(f"JVM up in {time.monotonic() - began:.2f} s ({archive})")
 
 
 def _shipped(source: IndexSource) -> Path:
