@@ -85,31 +85,41 @@ def _cli(*args: str) -> list[str]:
 ENV = {"OPENAI_API_KEY": "sk-bench-two-hosts", "RAY_DEDUP_LOGS": "0"}
 
 
-def _idle_workers(kit: TwoHosts) -> dict[int, int]:
+#: What Ray's idle workers start while the cluster sits idle, besides their own imports: the
+#: node's JVM class archive, if it is missing (`piserini_ray/warm.py`).
+IDLE_WORK = (b"ray::IDLE", b"piserini_ray.retrieval._archive_main")
+
+
+def _idle_work(kit: TwoHosts) -> tuple[dict[int, int], int]:
     """CPU ticks so far of each of Ray's idle worker processes (`ray::IDLE`) in the kit's
-    namespaces (another Ray on the machine is none of its business)."""
-    ticks = {}
+    namespaces (another Ray on the machine is none of its business) and of what they started
+    (`IDLE_WORK`), and how many idle workers there are."""
+    ticks, workers = {}, 0
     for pid, _ in kit.processes():
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE"):
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if line.startswith(IDLE_WORK[0]) or IDLE_WORK[1] in line:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 ticks[pid] = int(fields[11]) + int(fields[12])
+                workers += line.startswith(IDLE_WORK[0])
         except OSError:
             continue
-    return ticks
+    return ticks, workers
 
 
 def wait_until_idle(kit: TwoHosts, hosts: int, deadline_s: float = 120) -> None:
-    """Wait until each host has its idle worker and none of them works any more: the kit's
-    `ray start` pre-starts one per host, which loads the model client (`piserini_ray/warm.py`,
-    seconds of CPU) before it is idle. "Ray up and idle" then holds when the clock starts."""
+    """Wait until each host has its idle worker and none of them, nor what they started,
+    works any more: the kit's `ray start` pre-starts one per host, which loads the model
+    client (`piserini_ray/warm.py`, seconds of CPU) before it is idle. "Ray up and idle" then
+    holds when the clock starts."""
     end = time.monotonic() + deadline_s
-    before = _idle_workers(kit)
+    before, _ = _idle_work(kit)
     while time.monotonic() < end:
         time.sleep(1.0)
-        now = _idle_workers(kit)
-        busy = [pid for pid, t in now.items() if t - before.get(pid, 0) > 5]  # > 5 % of a core
-        if len(now) >= hosts and not busy:
+        now, workers = _idle_work(kit)
+        # > 5 % of a core, or started since the last look
+        busy = [pid for pid, t in now.items() if t - before.get(pid, 0) > 5 or pid not in before]
+        if workers >= hosts and not busy:
             return
         before = now
     print("the idle workers did not settle: measuring anyway", file=sys.stderr)

