@@ -26,14 +26,12 @@ by a process of its own (`make_class_archive`).
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import os
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
-from pathlib import Path
 
 #: This module, as `RAY_preload_python_modules` (each node's `ray start`) names it.
 PRELOAD = "piserini_ray.warm"
@@ -86,9 +84,11 @@ def load() -> list[str]:
     return [*MODULES, *first_call()]
 
 
-def archive_lock() -> Path:
-    """The file whose lock the one worker of a node that has the archive made holds."""
-    return Path(tempfile.gettempdir()) / f"piserini-ray-class-archive-{os.getuid()}.lock"
+def archive_mutex() -> str:
+    """The name of the node's mutex for `make_class_archive`: a Unix socket in Linux's abstract
+    namespace (one per network namespace, so per node, and gone with the process that holds
+    it: no file left on the node)."""
+    return f"\0piserini-ray-class-archive-{os.getuid()}"
 
 
 def make_class_archive() -> subprocess.Popen[bytes] | None:
@@ -96,18 +96,19 @@ def make_class_archive() -> subprocess.Popen[bytes] | None:
     2 s of CPU once per install, which every replica's JVM then saves; a look that finds it
     costs a fraction of a second), by a process of its own: this one imports none of the
     package's modules (see the module's docstring). One worker of a node does it, the one
-    that takes `archive_lock` (the others: None). A failure is said in the worker's log; the
-    replicas then boot without the archive."""
+    that takes `archive_mutex` (the others, and a system without such sockets: None). A
+    failure is said in the worker's log; the replicas then boot without the archive."""
+    mutex = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        lock = open(archive_lock(), "a")  # noqa: SIM115 (held until the child exits)
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # another worker of the node is at it (or no lock can be had here)
+        mutex.bind(archive_mutex())
+    except OSError:  # another worker of the node holds it
+        mutex.close()
         return None
     command = [sys.executable, "-m", "piserini_ray.retrieval._archive_main"]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
     def wait() -> None:
-        with lock:
+        with mutex:  # held until the child exits
             child.wait()
 
     threading.Thread(target=wait, name="class-archive", daemon=True).start()

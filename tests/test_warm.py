@@ -3,7 +3,7 @@ imports: checked in a new interpreter, with a real call to the offline provider 
 
 from __future__ import annotations
 
-import fcntl
+import socket
 import textwrap
 
 import orjson
@@ -56,11 +56,11 @@ def test_a_first_model_call_after_the_warm_modules_imports_no_more_of_the_client
 
 
 def test_one_warm_worker_of_a_node_has_the_class_archive_made() -> None:
-    # Every worker a node pre-starts preloads `warm`: the one that takes the node's lock has
+    # Every worker a node pre-starts preloads `warm`: the one that takes the node's mutex has
     # the archive made (a process of its own, which finds this install's archive); while it
-    # holds the lock (here: this test, as another worker would), the others start nothing.
-    with open(warm.archive_lock(), "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    # holds the mutex (here: this test, as another worker would), the others start nothing.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
+        held.bind(warm.archive_mutex())
         assert warm.make_class_archive() is None
     child = warm.make_class_archive()
     assert child is not None
