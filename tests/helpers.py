@@ -25,3 +25,10 @@ def fresh_python(program: str, timeout: float = 120) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def marked_results(stdout: str, marker: str = "RESULT ") -> list[str]:
+    """The text after `marker` on each line that has it. A driver's own print can land after
+    a replica line that Ray forwards to the same stdout from another thread (`print` writes the
+    text and its newline apart), so the marker is looked for anywhere in a line."""
+    return [line.rpartition(marker)[2] for line in stdout.splitlines() if marker in line]

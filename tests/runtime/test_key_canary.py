@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from helpers import marked_results
 from hosts import VENV_BIN, TwoHosts, require_two_hosts
 
 pytestmark = pytest.mark.slow
@@ -281,9 +282,9 @@ def _driver_args(hosts: TwoHosts, mode: str, name: str) -> list[str]:
 
 
 def _result(stdout: str, stderr: str, hosts: TwoHosts) -> tuple[dict, str]:
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    lines = marked_results(stdout)
     assert lines, stdout[-3000:] + stderr[-6000:] + "\n" + hosts.logs_tail()
-    return json.loads(lines[-1].removeprefix("RESULT ")), stderr + stdout
+    return json.loads(lines[-1]), stderr + stdout
 
 
 def _found_anywhere(hosts: TwoHosts, key: str, output: str) -> dict[str, list[str]]:

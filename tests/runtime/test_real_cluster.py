@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import marked_results
 from hosts import TwoHosts, require_two_hosts
 
 pytestmark = pytest.mark.slow
@@ -90,12 +91,12 @@ def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
         name or mode,
         env={"PISERINI_DRIVER_KEY": KEY},
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    lines = marked_results(done.stdout)
     assert lines, done.stdout[-3000:] + done.stderr[-6000:] + "\n" + hosts.logs_tail()
     # Replicas' own lines (the index shipping) reach the driver's stdout through Ray.
     output = done.stderr + done.stdout
     assert_no_blocking_get(output)
-    return json.loads(lines[-1].removeprefix("RESULT ")), output
+    return json.loads(lines[-1]), output
 
 
 def assert_no_blocking_get(output: str) -> None:
