@@ -52,8 +52,9 @@ class RuntimeConfig(StrictModel):
     address: str | None = None
     num_cpus: int | None = Field(None, ge=1)  # local Ray only; default: this machine's cores
     object_store_mb: int = Field(256, ge=64)
-    #: A local Ray's dashboard. Off, the local Ray starts no API server at all (Ray starts one
-    #: even without the dashboard, and waits for it: seconds of a small machine's start).
+    #: A local Ray's dashboard. Off, the local Ray starts only what a run uses: no API server
+    #: (Ray starts one even without the dashboard, and waits for it), no autoscaler monitor
+    #: and a minimal dashboard agent (`runtime/ray_env._lean_start`).
     dashboard: bool = False
     replicas: int = Field(1, ge=1)
     cpus_per_replica: float = Field(1.0, gt=0)

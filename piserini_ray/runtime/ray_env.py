@@ -18,10 +18,11 @@ import os
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from piserini_ray.config import RuntimeConfig
 from piserini_ray.errors import ConfigError
@@ -42,14 +43,27 @@ def cluster_address(runtime: RuntimeConfig) -> str | None:
 JVM_SAFE_ENV = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1"}
 
 
+#: How often a Ray process retries a Unix socket that is not listening yet, and how many times:
+#: the same 10 s of patience as Ray's default (10 x 1 s) in steps of 0.1 s. The raylet connects
+#: to its own object store as it starts, which races the store's thread: about every second
+#: start lost that race and waited a whole second (measured: `ray.init` 1.55 s or 2.56 s).
+CONNECT_RETRY_ENV = {
+    "RAY_raylet_client_connect_timeout_milliseconds": "100",
+    "RAY_raylet_client_num_connect_attempts": "100",
+}
+
+
 def prepare_local_ray() -> None:
     """Settings for a local instance: no telemetry, loopback addresses only, the JVM-safe
-    signal setting, and Ray's token authentication on with a private token
+    signal setting, quick socket retries (`CONNECT_RETRY_ENV`), and Ray's token
+    authentication on with a private token
     (`ensure_private_token`). Ray reads these when it is imported: call this before."""
     for key, value in JVM_SAFE_ENV.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    for key, value in CONNECT_RETRY_ENV.items():
+        os.environ.setdefault(key, value)
     ensure_private_token()
 
 
@@ -201,7 +215,7 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
     num_cpus = runtime.num_cpus or os.cpu_count() or 1
     # "local": a new instance, even where `ray start` (or a test cluster) left an address file
     # that a bare ray.init() would attach to, and then refuse our num_cpus.
-    with _api_server_skipped(not runtime.dashboard):
+    with _lean_start(not runtime.dashboard):
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -214,28 +228,76 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
 
 
 @contextlib.contextmanager
-def _api_server_skipped(skip: bool) -> Iterator[None]:
-    """Within: a Ray started here starts no API server when `skip`. Ray starts one even with
-    `include_dashboard=False` (the dashboard's head process, then loading only its usage-stats
-    module) and `ray.init` waits for it to publish its address: on 2 cores, 1.2-1.7 s of the
-    local Ray's start and 1.2 s of CPU (measured; bench/README.md), for nothing a run uses.
-    Without it Ray runs as it does when that server fails to start (no address, no process).
-    Ray 2.60's own function, replaced only for this start; where a Ray has no such function,
-    nothing is skipped."""
-    services = sys.modules.get("ray._private.services")
-    original = getattr(services, "start_api_server", None)
-    if not skip or original is None:
+def _lean_start(lean: bool) -> Iterator[None]:
+    """Within, when `lean`: a local Ray started here starts only what a run uses. Ray starts,
+    even with `include_dashboard=False`, (1) the dashboard's API server, which `ray.init`
+    waits for to publish its address (on 2 cores 1.2-1.7 s of the start and 1.2 s of CPU);
+    (2) the autoscaler's monitor, which has nothing to scale on one machine, costs 0.3 s of
+    CPU at the start and ignores SIGTERM at `ray.shutdown`, which waits a whole second for
+    it before it kills it; (3) a full dashboard agent, after importing the dashboard's
+    optional modules (aiohttp, OpenTelemetry: 0.3 s) to decide so, while the raylet waits for
+    that agent before it registers. Without them Ray runs as it does when the API server
+    fails to start, with `ray start --no-monitor`, and with a "minimal" agent (the one Ray
+    starts where those modules are not installed). And `ray.init` finds its raylet
+    registered as soon as it is (`_await_registration`), not on the next whole second. Ray
+    2.60's own functions, replaced only for this start; where a Ray lacks one, that one is
+    left alone."""
+    if not lean:
         yield
         return
+    from ray._private import node, services, utils
 
     def no_api_server(*_args: object, **_kwargs: object) -> tuple[None, None]:
         return None, None  # (its address, its process): what Ray keeps when it fails to start
 
-    services.start_api_server = no_api_server  # type: ignore[union-attr]
+    def no_monitor(_node: object) -> None:
+        return None
+
+    def no_dashboard_modules() -> ImportError:
+        return ImportError("piserini_ray starts a local Ray without the dashboard")
+
+    def get_node(gcs_address: str, node_id: str) -> object:
+        with contextlib.suppress(Exception):  # then Ray's own wait, as without this
+            _await_registration(gcs_address, node_id)
+        return original_get_node(gcs_address, node_id)
+
+    original_get_node: Any = getattr(services, "get_node", None)
+
+    replaced = [
+        (owner, name, original, replacement)
+        for owner, name, replacement in (
+            (services, "start_api_server", no_api_server),
+            (node.Node, "start_monitor", no_monitor),
+            (utils, "get_dashboard_dependency_error", no_dashboard_modules),
+            (services, "get_node", get_node),
+        )
+        if (original := getattr(owner, name, None)) is not None
+    ]
+    for owner, name, _original, replacement in replaced:
+        setattr(owner, name, replacement)
     try:
         yield
     finally:
-        services.start_api_server = original  # type: ignore[union-attr]
+        for owner, name, original, _replacement in replaced:
+            setattr(owner, name, original)
+
+
+def _await_registration(gcs_address: str, node_id: str, patience: float = 30.0) -> None:
+    """Wait until the node `node_id` has registered with the GCS, asking every 50 ms: Ray's
+    own `get_node` asks once a second, so a raylet registered 0.7 s after the question is
+    found 0.3 s late (at most a second, on any machine)."""
+    from ray._private import services, state
+
+    cluster = state.GlobalState()
+    cluster._initialize_global_state(services._get_gcs_client_options(gcs_address))
+    try:
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            if any(node.get("NodeID") == node_id for node in cluster.node_table()):
+                return
+            time.sleep(0.05)
+    finally:
+        cluster.disconnect()
 
 
 class _DropMessage(logging.Filter):

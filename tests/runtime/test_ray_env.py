@@ -138,9 +138,11 @@ def test_a_program_that_imported_ray_first_gets_a_local_ray_that_admits_its_driv
 
 
 @pytest.mark.parametrize("dashboard", [False, True])
-def test_a_local_ray_without_the_dashboard_starts_no_api_server(dashboard: bool) -> None:
+def test_a_local_ray_without_the_dashboard_starts_only_what_a_run_uses(dashboard: bool) -> None:
     # Ray starts its API server (the dashboard's head process) even with the dashboard off,
-    # and ray.init waits for it: seconds of a 2-core machine's start for nothing a run uses.
+    # and ray.init waits for it; its autoscaler monitor, which ray.shutdown waits a second
+    # for; and a full dashboard agent, which the raylet waits for: seconds of a 2-core
+    # machine's start and end for nothing a run uses.
     result = _run(
         f"""
         import json
@@ -151,7 +153,14 @@ def test_a_local_ray_without_the_dashboard_starts_no_api_server(dashboard: bool)
         start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100, dashboard={dashboard}))
         node = ray._private.worker._global_node
         started = sorted(node.all_processes)
-        import ray._private.services as services
+        raylet = node.all_processes["raylet"][0].process.pid
+        with open(f"/proc/{{raylet}}/environ", "rb") as file:
+            environ = dict(
+                item.decode().split("=", 1) for item in file.read().split(b"\\0") if b"=" in item
+            )
+        with open(f"/proc/{{raylet}}/cmdline", "rb") as file:
+            raylet_command = file.read().decode(errors="replace")
+        from ray._private import node as node_module, services, utils
 
         @ray.remote
         class Echo:
@@ -159,15 +168,41 @@ def test_a_local_ray_without_the_dashboard_starts_no_api_server(dashboard: bool)
                 return x
 
         echoed = ray.get(Echo.remote().echo.remote("up"), timeout=120)
-        restored = services.start_api_server.__name__
+        restored = [
+            f"{{function.__module__}}.{{function.__qualname__}}"
+            for function in (
+                services.start_api_server,
+                node_module.Node.start_monitor,
+                utils.get_dashboard_dependency_error,
+                services.get_node,
+            )
+        ]
         release_ray_async().join()
-        print(json.dumps({{"started": started, "echoed": echoed, "restored": restored}}))
+        print(json.dumps({{
+            "started": started,
+            "echoed": echoed,
+            "restored": restored,
+            "connect": [
+                environ.get("RAY_raylet_client_connect_timeout_milliseconds"),
+                environ.get("RAY_raylet_client_num_connect_attempts"),
+            ],
+            "minimal_agent": "--minimal" in raylet_command,
+        }}))
         """
     )
     assert result["echoed"] == "up"
     assert ("dashboard" in result["started"]) is dashboard, result["started"]
+    assert ("monitor" in result["started"]) is dashboard, result["started"]
+    assert result["minimal_agent"] is not dashboard  # the raylet starts the agent so
     assert "raylet" in result["started"] and "gcs_server" in result["started"]
-    assert result["restored"] == "start_api_server"  # Ray's own again once Ray is up
+    # Ray's own functions again once Ray is up
+    assert result["restored"] == [
+        "ray._private.services.start_api_server",
+        "ray._private.node.Node.start_monitor",
+        "ray._private.utils.get_dashboard_dependency_error",
+        "ray._private.services.get_node",
+    ]
+    assert result["connect"] == ["100", "100"]  # the raylet retries its store's socket quickly
 
 
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
