@@ -58,11 +58,8 @@ def prepare_local_ray() -> None:
     signal setting, quick socket retries (`CONNECT_RETRY_ENV`), and Ray's token
     authentication on with a private token
     (`ensure_private_token`). Ray reads these when it is imported: call this before."""
-    for key, value in JVM_SAFE_ENV.items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    for key, value in CONNECT_RETRY_ENV.items():
+    local = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    for key, value in {**JVM_SAFE_ENV, **local, **CONNECT_RETRY_ENV}.items():
         os.environ.setdefault(key, value)
     ensure_private_token()
 
@@ -256,12 +253,12 @@ def _lean_start(lean: bool) -> Iterator[None]:
     def no_dashboard_modules() -> ImportError:
         return ImportError("piserini_ray starts a local Ray without the dashboard")
 
+    ray_get_node: Any = getattr(services, "get_node", None)
+
     def get_node(gcs_address: str, node_id: str) -> object:
         with contextlib.suppress(Exception):  # then Ray's own wait, as without this
             _await_registration(gcs_address, node_id)
-        return original_get_node(gcs_address, node_id)
-
-    original_get_node: Any = getattr(services, "get_node", None)
+        return ray_get_node(gcs_address, node_id)
 
     replaced = [
         (owner, name, original, replacement)
