@@ -279,10 +279,10 @@ def _lean_start(lean: bool) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def _await_registration(gcs_address: str, node_id: str, patience: float = 30.0) -> None:
+def _await_registration(gcs_address: str, node_id: str, patience: float = 30.0) -> bool:
     """Wait until the node `node_id` has registered with the GCS, asking every 50 ms: Ray's
     own `get_node` asks once a second, so a raylet registered 0.7 s after the question is
-    found 0.3 s late (at most a second, on any machine)."""
+    found 0.3 s late (at most a second, on any machine). False: not within `patience`."""
     from ray._private import services, state
 
     cluster = state.GlobalState()
@@ -291,8 +291,9 @@ def _await_registration(gcs_address: str, node_id: str, patience: float = 30.0) 
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline:
             if any(node.get("NodeID") == node_id for node in cluster.node_table()):
-                return
+                return True
             time.sleep(0.05)
+        return False
     finally:
         cluster.disconnect()
 

@@ -161,6 +161,13 @@ def test_a_local_ray_without_the_dashboard_starts_only_what_a_run_uses(dashboard
         with open(f"/proc/{{raylet}}/cmdline", "rb") as file:
             raylet_command = file.read().decode(errors="replace")
         from ray._private import node as node_module, services, utils
+        from piserini_ray.runtime.ray_env import _await_registration
+
+        # What the lean start waits on instead of Ray's once-a-second question.
+        registered = [
+            _await_registration(node.gcs_address, node.node_id),
+            _await_registration(node.gcs_address, "f" * len(node.node_id), patience=0.2),
+        ]
 
         @ray.remote
         class Echo:
@@ -187,6 +194,7 @@ def test_a_local_ray_without_the_dashboard_starts_only_what_a_run_uses(dashboard
                 environ.get("RAY_raylet_client_num_connect_attempts"),
             ],
             "minimal_agent": "--minimal" in raylet_command,
+            "registered": registered,
         }}))
         """
     )
@@ -203,6 +211,7 @@ def test_a_local_ray_without_the_dashboard_starts_only_what_a_run_uses(dashboard
         "ray._private.services.get_node",
     ]
     assert result["connect"] == ["100", "100"]  # the raylet retries its store's socket quickly
+    assert result["registered"] == [True, False]  # its node found; a node never started, not
 
 
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
