@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Benchmark, Query
 from piserini_ray.metrics.cost import CostGuard, PricingTable
+from piserini_ray.monitor.board import STOP_REASON, STOPPED, StatusBoard
+from piserini_ray.monitor.status import State
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord
 from piserini_ray.store import RunStore
@@ -50,6 +52,9 @@ class PreparedRun:
     #: Judge each answer as its record is written, while the other queries run (the Ray
     #: engine: `runtime/judge_alongside.py`): set when the caller judges next (`run_and_report`).
     judge_as_they_come: bool = False
+    #: The run's live status (`status.json`), told of each record and verdict by the store;
+    #: it also carries a stop request (`piserini-ray stop`).
+    board: StatusBoard | None = None
 
     @property
     def wanted(self) -> set[str]:
@@ -58,7 +63,39 @@ class PreparedRun:
     def may_start(self, running: int) -> bool:
         """Whether another query may start with `running` of this run in flight (the cost
         cap, a run halted by a refusal and one past its failure rate start none)."""
-        return self.failure_stop is None and self.guard.may_start(running)
+        return (
+            self.failure_stop is None and not self.stop_requested and self.guard.may_start(running)
+        )
+
+    @property
+    def stop_requested(self) -> bool:
+        """`piserini-ray stop` asked for this run to stop: nothing more starts, and its queries
+        in flight end as retryable (`agent.loop`: termination `stopped`)."""
+        return self.board is not None and self.board.stop_requested
+
+    def show_live(
+        self,
+        running: int | None = None,
+        waiting: int | None = None,
+        replicas: dict[str, int] | None = None,
+    ) -> None:
+        """The engine's gauges for the run's live status (None: unchanged)."""
+        if self.board is not None:
+            self.board.live(running, waiting, replicas)
+
+    def close_status(self, interrupted: bool = False) -> None:
+        """The execution ended (`interrupted`: by Ctrl-C or an error): the status's last word
+        for it: `stopped` before the slice was done, `judging` when the caller judges next."""
+        if self.board is None:
+            return
+        state: State = "finished"
+        if interrupted:
+            state = "interrupted"
+        elif self.stop_reason() and self.wanted - self.store.done():
+            state = "stopped"
+        elif self.judge_as_they_come:
+            state = "judging"
+        self.board.close(state, self.stop_reason())
 
     def complete(self, record: QueryRecord, progress: Progress | None = None) -> None:
         """A query ended: write its record (once: the store refuses a second), count its spend
@@ -68,18 +105,22 @@ class PreparedRun:
         self.store.append(record)
         self.guard.finished(record.usage)
         self.ran += 1
-        if record.status == "failed":
+        if record.status == "failed" and record.termination != STOPPED:  # asked for, not a fault
             self.failures[_cause(record.error)] += 1
             self._apply_failure_policy()
         if progress is not None:
             price = self.pricing.model_price(self.config.model)
             cost = price.cost(record.usage) if price else None
             estimated = price.estimated_cost(record.usage) if price else 0.0
-            progress.record(record.status, record.usage, cost, estimated)
+            progress.record(record.status, record.usage, cost, estimated, self.run_dir.name)
 
     def stop_reason(self) -> str | None:
         """Why the run stopped before its todo list was done, if it did."""
-        return self.failure_stop or self.guard.stop_reason()
+        return (
+            self.failure_stop
+            or self.guard.stop_reason()
+            or (STOP_REASON if self.stop_requested else None)
+        )
 
     def _apply_failure_policy(self) -> None:
         failed, rate = sum(self.failures.values()), self.config.runtime.max_failure_rate

@@ -28,6 +28,9 @@ from piserini_ray.retrieval.backends import SearchBackend, open_backend
 from piserini_ray.store import RunStore, TurnLedger
 from piserini_ray.tools import ToolSession, tool_schemas
 
+#: How often a local run looks at its stop flag (the status board raises it).
+STOP_POLL_SECONDS = 0.2
+
 
 def local_client(
     model: ModelConfig, config: RunConfig, endpoints: ModelEndpoints, seed: int | None = None
@@ -72,6 +75,16 @@ async def _run_all(
     gate = asyncio.Semaphore(concurrency)
     progress = Progress(len(run.todo))
     running = 0
+    stop = asyncio.Event()  # set once the run is stopped: its queries in flight end
+
+    async def watch_stop() -> None:
+        while not run.stop_requested:
+            await asyncio.sleep(STOP_POLL_SECONDS)
+        stop.set()
+
+    def show() -> None:
+        progress.running = running
+        run.show_live(running=running)
 
     async def one(query: Query) -> None:
         nonlocal running
@@ -79,7 +92,7 @@ async def _run_all(
             if not run.may_start(running):
                 return
             running += 1
-            progress.running = running
+            show()
             session = ToolSession(searcher, config.tools)  # the store writes its spill files
             try:
                 record = await run_query(
@@ -90,19 +103,23 @@ async def _run_all(
                     schemas,
                     run_id=store.run_id,
                     config_hash=store.config_hash,
+                    stop=stop,
                 )
             except ProviderRefused as refused:  # every query would fail alike: none more
                 run.refused(str(refused))
                 return
             finally:
                 running -= 1
-                progress.running = running
+                show()
             run.complete(record, progress)
             progress.show()
 
+    run.show_live(replicas={"local": 1})
+    watcher = asyncio.ensure_future(watch_stop())
     try:
         await asyncio.gather(*(one(q) for q in run.todo))
     finally:
+        watcher.cancel()
         if isinstance(client.batcher, TurnBatcher):
             await client.batcher.close()
     progress.close()

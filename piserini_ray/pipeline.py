@@ -38,6 +38,7 @@ from piserini_ray.data.benchmark import Qrels
 from piserini_ray.engine_contract import Engine, Log, PreparedRun, RunSummary
 from piserini_ray.errors import DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
+from piserini_ray.monitor.board import StatusBoard, final_status
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.store import RunStore, manifest_config, write_report_file
@@ -111,7 +112,14 @@ def execute(
         )
         for run in prepared:
             run.judge_as_they_come = judged_next
-        engine.run(prepared, log)
+        try:
+            engine.run(prepared, log)
+        except BaseException:
+            for run in prepared:
+                run.close_status(interrupted=True)
+            raise
+        for run in prepared:
+            run.close_status()
         return [
             summarize(
                 [r for r in run.store.iter_records(trajectory=False) if r.query_id in run.wanted],
@@ -290,10 +298,30 @@ def prepare(
             + (f" (a pilot: {later} left for the full run)" if later else "")
         )
         guard = _cost_guard(config, table, store)
-        prepared.append(
-            PreparedRun(config, store.run_dir, benchmark, queries, index, store, table, todo, guard)
+        run = PreparedRun(
+            config, store.run_dir, benchmark, queries, index, store, table, todo, guard
         )
+        run.board = _status_board(run, stack, log)
+        prepared.append(run)
     return prepared
+
+
+def _status_board(run: PreparedRun, stack: contextlib.ExitStack, log: Log) -> StatusBoard:
+    """The run's live status (`status.json`), told of every record and verdict by its store
+    and rewritten on its own thread; closed as `interrupted` if the execution never says how it
+    ended (`PreparedRun.close_status`)."""
+    board = StatusBoard(
+        run.store,
+        run.config,
+        run.pricing.model_price(run.config.model),
+        run.wanted,
+        len(run.todo),
+        log,
+        every=run.config.runtime.status_seconds,
+    )
+    run.store.listeners.append(board)
+    stack.callback(board.close, "interrupted")  # the first close counts: a no-op after one
+    return board.start()
 
 
 def _cost_guard(config: RunConfig, pricing: PricingTable, store: RunStore) -> CostGuard:
@@ -462,6 +490,11 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         pricing = pricing_for(config)
         metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
         viewer.write_index(facts, pricing.model_price(config.model))
+        # The live status's last word: the report's counts and interval (`monitor/board.py`).
+        judged = metrics.accuracy_judged or metrics.accuracy
+        final_status(
+            store, config, pricing.model_price(config.model), set(wanted), judged.ci95, log
+        )
     metrics = metrics.model_copy(
         update={
             "judge_agreement": agreement,

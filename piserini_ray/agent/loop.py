@@ -63,6 +63,13 @@ class Ending:
     retryable: bool = False
 
 
+#: A query cut by a stop request of its run: not its fault, so `resume` runs it again; its
+#: spend so far is on its record (the cut call's prompt estimated, as at the budget).
+STOPPED_ENDING = Ending(
+    "failed", "stopped", "stopped on request (piserini-ray stop) before it ended", retryable=True
+)
+
+
 def ending_of(
     exc: BaseException | None,
     budget_ran_out: bool,
@@ -216,24 +223,30 @@ class _QueryRun:
         self.steer_requested = False
         self.steered = False
 
-    async def run(self) -> Ending:
-        """Run the loop (and, on the clock, the watchdog) until one ends; how the query ended."""
+    async def run(self, stop: asyncio.Event | None = None) -> Ending:
+        """Run the loop (and, on the clock, the watchdog) until one ends; how the query ended.
+        `stop` set (`piserini-ray stop`) cuts the loop as the budget would, and the query ends
+        as a retryable failure (`resume` runs it again)."""
         use_clock = self.config.termination in ("time", "both")
         loop_task = asyncio.ensure_future(self.loop())
         guard = asyncio.ensure_future(self.watchdog()) if use_clock else None
+        stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
         try:
-            waiting = {loop_task} | ({guard} if guard else set())
+            waiting = {t for t in (loop_task, guard, stopper) if t is not None}
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            budget_ran_out = loop_task not in done
-            if budget_ran_out:  # stop wherever the loop is, an in-flight call included
+            cut = loop_task not in done
+            if cut:  # stop wherever the loop is, an in-flight call included
                 loop_task.cancel()
                 await asyncio.gather(loop_task, return_exceptions=True)
-            exc = None if budget_ran_out else loop_task.exception()
-            return ending_of(exc, budget_ran_out, self.config.max_iterations, self.client.scrub)
+            if cut and stopper is not None and stopper in done:
+                return STOPPED_ENDING
+            exc = None if cut else loop_task.exception()
+            return ending_of(exc, cut, self.config.max_iterations, self.client.scrub)
         finally:
-            if guard is not None:
-                guard.cancel()
-                await asyncio.gather(guard, return_exceptions=True)
+            for helper in (guard, stopper):
+                if helper is not None:
+                    helper.cancel()
+                    await asyncio.gather(helper, return_exceptions=True)
             if not loop_task.done():  # our own caller was cancelled
                 loop_task.cancel()
                 await asyncio.gather(loop_task, return_exceptions=True)
@@ -349,12 +362,14 @@ async def run_query(
     config_hash: str,
     tool_runner: ToolRunner = run_inline,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> QueryRecord:
-    """Run one query to an answer, a timeout or a failure; always return its record."""
+    """Run one query to an answer, a timeout or a failure; always return its record. `stop`:
+    set when the query's run is stopped (`piserini-ray stop`): it ends at once, retryable."""
     started_at = now_iso()
     emit = on_event or (lambda _kind, _data: None)
     run = _QueryRun(query, session, client, config, tools, tool_runner, emit)
-    ending = await run.run()
+    ending = await run.run(stop)
     parsed = parse_final_answer(run.final, lambda d: session.backend.ordinal(d) is not None)
     clock = run.clock
     return build_record(

@@ -44,6 +44,7 @@ class RuntimeConfig(StrictModel):
         "placement",
         "max_infrastructure_attempts",
         "max_failure_rate",
+        "status_seconds",
         "runs_root",
         "batch",
     )
@@ -67,6 +68,8 @@ class RuntimeConfig(StrictModel):
     #: When more than this share of a run's queries to do has failed, no new query starts and
     #: the run exits non-zero with the top causes (a broken model or endpoint, not bad luck).
     max_failure_rate: float = Field(0.05, ge=0, le=1)
+    #: How often the driver rewrites each run's live status (`status.json`) while it changes.
+    status_seconds: float = Field(2.0, gt=0, le=60)
     #: Where run directories go unless `--run-dir` names one: an absolute folder on the
     #: driver's node (default `$PISERINI_RAY_HOME/runs`), never the job's working directory,
     #: which `ray job submit` copies anew for every job.

@@ -18,7 +18,7 @@ import functools
 import importlib
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -442,6 +442,8 @@ class Dispatcher:
         self.in_flight: dict[Any, _InFlight] = {}
         self.attempts: dict[tuple[str, str], int] = {}
         self.progress = Progress(len(self.queue))
+        for run in runs:
+            self.progress.add_run(run.run_dir.name, len(run.todo))
         self._asked_limiters = 0.0
         #: Each run's model key, read once here on the driver (`secrets.driver_keys`), before
         #: any query: the reports' loading thread and this one never import at once.
@@ -453,6 +455,8 @@ class Dispatcher:
         self.check_failures: list[str] = []
         #: Judges each answer as it comes, for the runs judged next (`run_prepared` sets it).
         self.alongside: JudgeAlongside | None = None
+        #: The runs whose stop (`piserini-ray stop`) the replicas were told of, by run dir.
+        self._stopped: set[str] = set()
 
     def start_batchers(self, after: threading.Thread) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
@@ -599,8 +603,11 @@ class Dispatcher:
         groups = self.replicas.groups.values()
         self.progress.running = len(self.in_flight)
         if time.monotonic() - self._asked_limiters >= WAITING_EVERY:
-            self.progress.waiting = _waiting(self.replicas.limiters)
+            waiting = _waiting(self.replicas.limiters)
+            self.progress.waiting = sum(waiting.values())
             self._asked_limiters = time.monotonic()
+            self._show_live(waiting)
+        self._send_stops()
         self.progress.show()
         for group in groups:
             group.reprobe_due()
@@ -616,6 +623,32 @@ class Dispatcher:
                 self._probe_returned(ref, *probes[ref])
             else:
                 self._query_returned(ref, self.in_flight.pop(ref))
+
+    def _show_live(self, waiting: dict[str, int]) -> None:
+        """Each run's gauges for its live status: its queries in flight, the calls waiting on
+        its model's limiter, its replicas by node."""
+        for plan in self.runs:
+            group = self.replicas.groups[_group_key(plan.config)]
+            alive = [i for i in range(len(group.actors)) if i not in group.dead]
+            plan.show_live(
+                running=sum(1 for f in self.in_flight.values() if f.plan is plan),
+                waiting=waiting.get(quota_key(plan.config.model, plan.config.offline), 0),
+                replicas=dict(Counter(group.ips.get(i, "?") for i in alive)),
+            )
+
+    def _send_stops(self) -> None:
+        """A run stopped by `piserini-ray stop`: its queued queries start no more
+        (`PreparedRun.may_start`) and every replica of its group ends its queries in flight
+        (`SearchWorker.stop_run`), whose records come back as retryable failures."""
+        for plan in self.runs:
+            if plan.stop_requested and str(plan.run_dir) not in self._stopped:
+                self._stopped.add(str(plan.run_dir))
+                group = self.replicas.groups[_group_key(plan.config)]
+                for index, actor in enumerate(group.actors):
+                    if index not in group.dead:
+                        actor.stop_run.remote(plan.store.run_id)
+                flying = sum(1 for f in self.in_flight.values() if f.plan is plan)
+                self.log(f"{plan.run_dir}: stopping ({flying} queries in flight end now)")
 
     def _probe_returned(self, ref: Any, group: _Group, index: int) -> None:
         del group.restarting[index]
@@ -661,12 +694,14 @@ class Dispatcher:
             self.queue.appendleft((plan, query))
 
 
-def _waiting(limiters: dict[str, RemoteLimiter]) -> int:
+def _waiting(limiters: dict[str, RemoteLimiter]) -> dict[str, int]:
+    """Calls waiting on each limiter, by quota key (none known: an empty map)."""
     try:
-        asked = [limiter.handle.stats.remote(limiter.key) for limiter in limiters.values()]
-        return sum(s.waiting for s in ray.get(asked, timeout=2))
+        asked = {key: limiter.handle.stats.remote(limiter.key) for key, limiter in limiters.items()}
+        answers = ray.get(list(asked.values()), timeout=2)
+        return {key: stats.waiting for key, stats in zip(asked, answers, strict=True)}
     except Exception:  # progress must never stop the run
-        return 0
+        return {}
 
 
 def infrastructure_failure(plan: PreparedRun, query: Query, exc: BaseException) -> QueryRecord:

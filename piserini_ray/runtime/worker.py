@@ -147,6 +147,8 @@ class SearchWorker:
         self._clients: dict[str, LLMClient] = {}
         self._relays: dict[str, Relay] = {}  # by the endpoint they reach (`QueryJob.relay`)
         self._services: Any = None  # the job's actor on the driver's node, once looked up
+        #: A stop event per run id (`stop_run`): its queries here end as retryable.
+        self._stops: dict[str, asyncio.Event] = {}
         # A failed import is raised where the module is used (the check, the first query).
         self._imports = on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
@@ -285,6 +287,17 @@ class SearchWorker:
             self._jvm, session.call, name, arguments
         )
 
+    async def stop_run(self, run_id: str) -> None:
+        """The run `run_id` was stopped (`piserini-ray stop`): its queries in flight here end
+        now, as retryable failures with their spend on record (a query of it that still comes
+        ends at once: the driver sends none after this)."""
+        self._stop(run_id).set()
+
+    def _stop(self, run_id: str) -> asyncio.Event:
+        if run_id not in self._stops:
+            self._stops[run_id] = asyncio.Event()
+        return self._stops[run_id]
+
     async def run(self, job: QueryJob, keys: Keys) -> dict[str, Any]:
         """Run one query to its record (as JSON-ready data), with the driver's `keys`."""
         await asyncio.wrap_future(self._imports)  # never import beside the import thread
@@ -308,6 +321,7 @@ class SearchWorker:
                 run_id=job.run_id,
                 config_hash=job.config_hash,
                 tool_runner=self._run_tool,
+                stop=self._stop(job.run_id),
             )
         finally:
             if isinstance(client.limiter, RemoteLimiter):

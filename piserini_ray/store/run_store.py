@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.secrets import scrub
@@ -17,6 +18,15 @@ from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 from piserini_ray.store.jsonl import JsonlFile, Log, RunStoreError, rewrite_without
 from piserini_ray.store.ledgers import JudgeBatchLedger
 from piserini_ray.store.manifest import open_manifest
+
+
+class StoreListener(Protocol):
+    """Told of every record and verdict once it is on disk (the run's live status board,
+    `monitor/board.py`): what it shows derives from the same events the files hold."""
+
+    def recorded(self, record: QueryRecord) -> None: ...
+
+    def judged(self, judgement: Judgement) -> None: ...
 
 
 class RunStore:
@@ -46,6 +56,8 @@ class RunStore:
             ) from None
         self._records = JsonlFile(self.records_path, self._log)
         self._judgements: dict[str, JsonlFile] = {}
+        #: Told of each record and verdict after it is written (`StoreListener`).
+        self.listeners: list[StoreListener] = []
         #: `batches.jsonl`: the judge's provider batches in flight (`store/ledgers.py`).
         self.judge_batches = JudgeBatchLedger(self.run_dir / "batches.jsonl", self._log)
         self._check_writable()
@@ -141,6 +153,8 @@ class RunStore:
     def append_judgement(self, judgement: Judgement) -> None:
         with self._lock:
             self._judgement_file(judgement.judge_model).append(judgement.model_dump(mode="json"))
+        for listener in self.listeners:
+            listener.judged(judgement)
 
     def done(self) -> set[str]:
         with self._lock:
@@ -204,6 +218,8 @@ class RunStore:
             self._done.add(record.query_id)
             if record.status == "failed":
                 self._failed[record.query_id] = record.retryable
+        for listener in self.listeners:
+            listener.recorded(record)
 
     def _write_spills(self, query_id: str, spills: dict[str, str]) -> None:
         folder = self.spill_dir(query_id)
