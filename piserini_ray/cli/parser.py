@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from piserini_ray.cli import analysis, live, retrieval, runs
+from piserini_ray.cli import analysis, live, monitor, retrieval, runs
 from piserini_ray.cli.common import engine_arguments, epochs_argument
 from piserini_ray.config import BACKENDS
 from piserini_ray.exports import EXPORT_FORMATS
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         _analysis_commands,
         _retrieval_commands,
         _live_commands,
+        _monitor_commands,
     ):
         commands(sub, add)
     return parser
@@ -217,3 +218,27 @@ def _live_commands(sub: Any, add: _Add) -> None:
     p = add("offline-provider", "Serve the offline models on 127.0.0.1 (OpenAI-compatible).")
     p.add_argument("--port", type=int, help="default: from config (0 = any free port)")
     p.set_defaults(func=live.cmd_offline_provider)
+
+
+def _monitor_commands(sub: Any, add: _Add) -> None:
+    """Watching runs while they go: their status, a live web view, stopping one."""
+    p = sub.add_parser("status", help="Each run's live status under PATH (a run or a folder).")
+    p.add_argument("path", type=Path, help="a run directory, a sweep's folder or a runs root")
+    p.add_argument("--json", action="store_true", help="print the status files as JSON")
+    p.set_defaults(func=monitor.cmd_status)
+    p = sub.add_parser("watch", help="Serve a live web view of the runs under PATH.")
+    p.add_argument("path", type=Path, help="a run directory, a sweep's folder or a runs root")
+    p.add_argument("--port", type=int, default=8765, help="default 8765 (0: any free port)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="default 127.0.0.1; another address serves only requests with the printed token",
+    )
+    p.set_defaults(func=monitor.cmd_watch)
+    p = sub.add_parser("stop", help="Stop one run (of a sweep) cleanly; the others go on.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--no-wait", action="store_true", help="return once the request is made")
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for it (default 120)"
+    )
+    p.set_defaults(func=monitor.cmd_stop)

@@ -67,74 +67,18 @@ class ViewerWriter:
     def _write_query(self, record: QueryRecord) -> None:
         name = f"{len(self.files)}.js"
         self.files[record.query_id] = name
-        query = self.queries.get(record.query_id)
-        judgement = self.judgements.get(record.query_id)
-        source = record.imported
-        # A part the record's format lacks is None (n/a), never its empty field's 0.
-        turns = len(record.trajectory) if record.has("trajectory") else record.turns
-        steered = record.steered if record.has("timing") else None
-        wall = record.wall_seconds if record.has("wall") else None
-        data = {
-            "id": record.query_id,
-            "question": query.query if query else None,
-            "gold": query.answer if query else None,
-            "status": record.status,
-            "termination": record.termination,
-            "error": record.error,
-            "steered": steered,
-            "final_answer": record.final_answer,
-            "exact_answer": record.exact_answer,
-            "confidence": record.confidence,
-            "confidence_missing": record.confidence_missing,
-            "seconds": {
-                "wall": wall,
-                "charged": record.charged_seconds if record.has("timing") else None,
-                "waited": record.waited_seconds if record.has("timing") else None,
-                "clock": record.budget_clock if record.has("timing") else None,
-            },
-            "usage": record.usage.model_dump(mode="json") if record.has("usage") else None,
-            "imported": None
-            if source is None
-            else {"format": source.format, "file": source.file, "unavailable": source.unavailable},
-            "verdict": judgement.model_dump(mode="json", exclude={"usage"}) if judgement else None,
-            "turns": [self._turn(record, t.model_dump(mode="json")) for t in record.trajectory],
-            "searches": [{"id": s.search_id, "query": s.query} for s in record.rankings],
-            "documents": self._documents(record),
+        data = query_data(
+            record,
+            self.queries.get(record.query_id),
+            self.judgements.get(record.query_id),
+            self.benchmark,
+        )
+        self.extra[record.query_id] = {
+            "turns": data.pop("turns_count"),
+            "steered": data["steered"],
+            "wall": data["seconds"]["wall"],
         }
-        self.extra[record.query_id] = {"turns": turns, "steered": steered, "wall": wall}
-        payload = orjson.dumps(data).decode()
-        write_report_file(self.folder / "q" / name, f"window.piseriniQuery({payload});\n")
-
-    def _turn(self, record: QueryRecord, turn: dict[str, Any]) -> dict[str, Any]:
-        spill = f"spill/{safe_component(record.query_id)}/"
-        for call in turn["tool_calls"]:
-            # Arguments as the model sent them; shown parsed when they parse.
-            with contextlib.suppress(orjson.JSONDecodeError):
-                call["arguments"] = orjson.loads(call["arguments"])
-            if call.get("spill_file"):
-                call["spill_href"] = spill + call["spill_file"]
-        return turn
-
-    def _documents(self, record: QueryRecord) -> list[dict[str, Any]]:
-        """Every evidence and gold document: its rank in each search (None: not in it) and the
-        tiers it reached."""
-        qid = record.query_id
-        kinds: dict[str, list[str]] = {}
-        for kind, table in (("evidence", self.benchmark.evidence), ("gold", self.benchmark.gold)):
-            for docid, relevance in table.get(qid, {}).items():
-                if relevance > 0:
-                    kinds.setdefault(docid, []).append(kind)
-        positions = [{d: i + 1 for i, d in enumerate(s.docids)} for s in record.rankings]
-        sets = {tier: set(getattr(record, tier)) for tier in TIERS}
-        return [
-            {
-                "docid": docid,
-                "kinds": found,
-                "ranks": [p.get(docid) for p in positions],
-                "tiers": [tier for tier in TIERS if docid in sets[tier]],
-            }
-            for docid, found in kinds.items()
-        ]
+        write_report_file(self.folder / "q" / name, query_script(data))
 
     def write_index(self, facts: Iterable[QueryFacts], price: Price | None) -> Path:
         rows = []
@@ -170,6 +114,84 @@ class ViewerWriter:
             )
         path = self.folder / "index.js"
         return write_report_file(path, f"window.piseriniRows = {orjson.dumps(rows).decode()};\n")
+
+
+def query_script(data: dict[str, Any]) -> str:
+    """A query's viewer file: the script that hands its data to the page."""
+    return f"window.piseriniQuery({orjson.dumps(data).decode()});\n"
+
+
+def query_data(
+    record: QueryRecord, query: Query | None, judgement: Judgement | None, benchmark: Benchmark
+) -> dict[str, Any]:
+    """What the viewer shows of one query (its `viewer/q/<n>.js`; the live web view serves
+    the same, `monitor/web.py`), with `turns_count` for its index row."""
+    source = record.imported
+    # A part the record's format lacks is None (n/a), never its empty field's 0.
+    turns = len(record.trajectory) if record.has("trajectory") else record.turns
+    steered = record.steered if record.has("timing") else None
+    wall = record.wall_seconds if record.has("wall") else None
+    return {
+        "id": record.query_id,
+        "question": query.query if query else None,
+        "gold": query.answer if query else None,
+        "status": record.status,
+        "termination": record.termination,
+        "error": record.error,
+        "steered": steered,
+        "final_answer": record.final_answer,
+        "exact_answer": record.exact_answer,
+        "confidence": record.confidence,
+        "confidence_missing": record.confidence_missing,
+        "seconds": {
+            "wall": wall,
+            "charged": record.charged_seconds if record.has("timing") else None,
+            "waited": record.waited_seconds if record.has("timing") else None,
+            "clock": record.budget_clock if record.has("timing") else None,
+        },
+        "usage": record.usage.model_dump(mode="json") if record.has("usage") else None,
+        "imported": None
+        if source is None
+        else {"format": source.format, "file": source.file, "unavailable": source.unavailable},
+        "verdict": judgement.model_dump(mode="json", exclude={"usage"}) if judgement else None,
+        "turns": [_turn(record, t.model_dump(mode="json")) for t in record.trajectory],
+        "searches": [{"id": s.search_id, "query": s.query} for s in record.rankings],
+        "documents": _documents(record, benchmark),
+        "turns_count": turns,
+    }
+
+
+def _turn(record: QueryRecord, turn: dict[str, Any]) -> dict[str, Any]:
+    spill = f"spill/{safe_component(record.query_id)}/"
+    for call in turn["tool_calls"]:
+        # Arguments as the model sent them; shown parsed when they parse.
+        with contextlib.suppress(orjson.JSONDecodeError):
+            call["arguments"] = orjson.loads(call["arguments"])
+        if call.get("spill_file"):
+            call["spill_href"] = spill + call["spill_file"]
+    return turn
+
+
+def _documents(record: QueryRecord, benchmark: Benchmark) -> list[dict[str, Any]]:
+    """Every evidence and gold document: its rank in each search (None: not in it) and the
+    tiers it reached."""
+    qid = record.query_id
+    kinds: dict[str, list[str]] = {}
+    for kind, table in (("evidence", benchmark.evidence), ("gold", benchmark.gold)):
+        for docid, relevance in table.get(qid, {}).items():
+            if relevance > 0:
+                kinds.setdefault(docid, []).append(kind)
+    positions = [{d: i + 1 for i, d in enumerate(s.docids)} for s in record.rankings]
+    sets = {tier: set(getattr(record, tier)) for tier in TIERS}
+    return [
+        {
+            "docid": docid,
+            "kinds": found,
+            "ranks": [p.get(docid) for p in positions],
+            "tiers": [tier for tier in TIERS if docid in sets[tier]],
+        }
+        for docid, found in kinds.items()
+    ]
 
 
 #: The viewer's page part: a table of queries and a panel for the opened one. Data are set
