@@ -91,7 +91,7 @@ class PreparedRun:
         state: State = "finished"
         if interrupted:
             state = "interrupted"
-        elif self.stop_reason() and self.wanted - self.store.done():
+        elif self.stop_reason() and self.board.incomplete:
             state = "stopped"
         elif self.judge_as_they_come:
             state = "judging"
@@ -188,13 +188,17 @@ class RunSummary(BaseModel):
     stopped: str | None = None
     #: The provider (or the configuration) refused the run: nothing it could fix by retrying.
     refused: bool = False
+    #: Of the failed queries, those cut by a stop request (`piserini-ray stop`): asked for,
+    #: so not a failure of the run; they run again when it resumes.
+    stopped_queries: int = 0
 
     def exit_status(self) -> int:
-        """0: every query ran to a result, or the cost cap stopped the run as asked; 1: queries
-        failed (or too many did); 2: the run was refused (a key, a model, an endpoint)."""
+        """0: every query ran to a result, or the cost cap or a stop request stopped the run as
+        asked; 1: queries failed (or too many did); 2: the run was refused (a key, a model, an
+        endpoint)."""
         if self.refused:
             return 2
-        return 1 if self.statuses.get("failed") else 0
+        return 1 if self.statuses.get("failed", 0) > self.stopped_queries else 0
 
 
 class Engine(Protocol):

@@ -38,7 +38,7 @@ from piserini_ray.data.benchmark import Qrels
 from piserini_ray.engine_contract import Engine, Log, PreparedRun, RunSummary
 from piserini_ray.errors import DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
-from piserini_ray.monitor.board import StatusBoard, final_status
+from piserini_ray.monitor.board import STOPPED, StatusBoard, final_status
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.store import RunStore, manifest_config, write_report_file
@@ -197,6 +197,7 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
         if price
         else None,
         calls_usage_estimated=sum(r.calls_usage_estimated for r in records),
+        stopped_queries=sum(1 for r in records if r.termination == STOPPED),
     )
 
 

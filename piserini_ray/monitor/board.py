@@ -153,6 +153,8 @@ class StatusBoard:
     def _count(self, record: QueryRecord) -> None:
         self._recorded.add(record.query_id)
         status = self.status
+        if record.termination == STOPPED:
+            status.cut_by_stop += 1
         status.recorded[record.status] = status.recorded.get(record.status, 0) + 1
         self._usage = self._usage + record.usage
         classes = Counter(retry_class(r) for turn in record.trajectory for r in turn.retries)
@@ -163,6 +165,12 @@ class StatusBoard:
             status.cost_estimated_usd = (
                 status.cost_estimated_usd or 0.0
             ) + self._price.estimated_cost(record.usage)
+
+    @property
+    def incomplete(self) -> bool:
+        """Queries of the slice have no record, or one cut by a stop (a resume runs them)."""
+        with self._lock:
+            return len(self._recorded) < self.status.queries or self.status.cut_by_stop > 0
 
     # --------------------------------------------------------------- the engine's gauges
 
@@ -194,8 +202,12 @@ class StatusBoard:
         left = max(0, status.queries - len(self._recorded))
         live = status.state == "running" and not self.stop_requested
         eta = left / per_minute * 60 if per_minute and live else (0.0 if not left else None)
+        # A stopped run whose last query in flight ended is stopped, while a sweep's other
+        # runs go on in the same driver.
+        stopped = status.state == "running" and self.stop_requested and not status.running
         return status.model_copy(
             update={
+                "state": "stopped" if stopped else status.state,
                 "updated_at": now_iso(),
                 "tokens": self._usage.model_dump(),
                 "cost_usd": None if status.cost_usd is None else round(status.cost_usd, 6),
@@ -301,7 +313,7 @@ def final_status(
     board = StatusBoard(store, config, price, wanted, 0, log, every=1.0, state=state)
     if before is not None:
         previous = before.status
-        if wanted - store.done() and previous.state in ("stopped", "interrupted"):
+        if board.incomplete and previous.state in ("stopped", "interrupted"):
             state = previous.state
         kept = ("started_at", "todo_at_start", "ran_now", "replicas", "stopped", "every_seconds")
         for name in (*kept, "queries_per_minute"):

@@ -89,6 +89,8 @@ class RunStatus(BaseModel):
     replicas: dict[str, int] = Field(default_factory=dict)
     #: Why the run stopped before its slice was done, if it did.
     stopped: str | None = None
+    #: Records of queries cut by a stop request (retryable failures: a resume runs them).
+    cut_by_stop: int = 0
 
     @property
     def recorded_total(self) -> int:
