@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import html
 import ipaddress
-import os
 import secrets
 import threading
 from collections import Counter
@@ -414,11 +413,15 @@ class Watch:
         self.thread.join()
 
 
-def start_watch(root: Path, host: str = "127.0.0.1", port: int = 8765) -> Watch:
+def start_watch(
+    root: Path, host: str = "127.0.0.1", port: int = 8765, require_token: bool | None = None
+) -> Watch:
     """Serve the web view of the runs under `root` on `host:port` (0: any free port), on a
-    thread of its own; an error naming the path (no run there) or the port (taken)."""
-    token = os.environ.get("PISERINI_RAY_WATCH_TOKEN") or secrets.token_urlsafe(18)
-    app = WatchApp(root, token, open_reads=is_loopback(host))
+    thread of its own; an error naming the path (no run there) or the port (taken). Every
+    request needs the token when `require_token` (default: unless `host` is loopback)."""
+    token = secrets.token_urlsafe(18)
+    closed = not is_loopback(host) if require_token is None else require_token
+    app = WatchApp(root, token, open_reads=not closed)
     try:
         server = _Server((host, port), _Handler)
     except OSError as e:
