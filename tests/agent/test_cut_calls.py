@@ -225,3 +225,41 @@ def test_the_estimate_is_litellms_count_of_the_cut_request(searcher, provider, s
     provider.script(Scripted(kind="hang", seconds=600))
     record = _run(searcher, provider, sample, "gpt-5", budget=2)
     assert record.trajectory[0].usage.input_tokens == _first_prompt(sample, "gpt-5") > 100
+
+
+def test_a_stopped_query_ends_retryable_with_its_cut_call_estimated(
+    searcher, provider, sample
+) -> None:
+    """`piserini-ray stop` sets the query's stop event while its third call waits on the
+    provider: the loop ends at once, as a retryable failure (`resume` runs it again), and the
+    cut call's prompt is on its record, as at the budget."""
+    provider.hold(after=2)
+    config = ModelConfig(name="gpt-5", litellm_model="openai/gpt-5", api_key_env=KEY)
+    client = LLMClient(config, FAST_RETRY, api_base=provider.base_url, seed=1)
+
+    async def stopped_mid_call() -> QueryRecord:
+        stop = asyncio.Event()
+        query = asyncio.ensure_future(
+            run_query(
+                sample.query(QUESTION_ID),
+                ToolSession(searcher),
+                client,
+                AgentConfig(budget_seconds=300),
+                tool_schemas(),
+                run_id="test",
+                config_hash="h",
+                stop=stop,
+            )
+        )
+        assert await asyncio.to_thread(provider.wait_held, 1, 120)
+        stop.set()
+        return await query
+
+    try:
+        record = asyncio.run(stopped_mid_call())
+    finally:
+        provider.release()
+    assert (record.status, record.termination, record.retryable) == ("failed", "stopped", True)
+    *answered, cut = record.trajectory
+    assert len(answered) == 2 and cut.usage_estimated and cut.usage.input_tokens > 0
+    assert record.usage.estimated_input_tokens == cut.usage.input_tokens
