@@ -45,6 +45,7 @@ class RuntimeConfig(StrictModel):
         "max_infrastructure_attempts",
         "max_failure_rate",
         "status_seconds",
+        "metrics_export_port",
         "runs_root",
         "batch",
     )
@@ -57,6 +58,10 @@ class RuntimeConfig(StrictModel):
     #: (Ray starts one even without the dashboard, and waits for it), no autoscaler monitor
     #: and a minimal dashboard agent (`runtime/ray_env._lean_start`).
     dashboard: bool = False
+    #: A local Ray's Prometheus metrics port (Ray's and ours, `ray_piserini_*`: the Ray guide's
+    #: metrics section). Set, the local Ray starts its full dashboard agent, which serves them.
+    #: A cluster's is its own (`ray start --metrics-export-port`).
+    metrics_export_port: int | None = Field(None, ge=1, le=65535)
     replicas: int = Field(1, ge=1)
     cpus_per_replica: float = Field(1.0, gt=0)
     #: Agent loops one replica runs at once (they mostly wait on the model).

@@ -212,13 +212,17 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
     num_cpus = runtime.num_cpus or os.cpu_count() or 1
     # "local": a new instance, even where `ray start` (or a test cluster) left an address file
     # that a bare ray.init() would attach to, and then refuse our num_cpus.
-    with _lean_start(not runtime.dashboard):
+    # Metrics need the full dashboard agent (it serves them): no lean start then.
+    exported = runtime.metrics_export_port
+    metrics: dict[str, Any] = {} if exported is None else {"_metrics_export_port": exported}
+    with _lean_start(not runtime.dashboard and exported is None):
         ray.init(
             address="local",
             num_cpus=num_cpus,
             object_store_memory=runtime.object_store_mb * 2**20,
             include_dashboard=runtime.dashboard,
             log_to_driver=True,
+            **metrics,
         )
     _connected = "started"
     log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")

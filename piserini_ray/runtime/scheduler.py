@@ -51,6 +51,7 @@ from piserini_ray.runtime.encoders import start_node_encoders
 from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
+from piserini_ray.runtime.metrics import RunExporter
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
@@ -457,6 +458,10 @@ class Dispatcher:
         self.alongside: JudgeAlongside | None = None
         #: The runs whose stop (`piserini-ray stop`) the replicas were told of, by run dir.
         self._stopped: set[str] = set()
+        #: Each run's Ray metrics, told of its records and verdicts by its store.
+        self.exporters = {str(r.run_dir): RunExporter(r) for r in runs}
+        for run in runs:
+            run.store.listeners.append(self.exporters[str(run.run_dir)])
 
     def start_batchers(self, after: threading.Thread) -> None:
         """A batcher actor on this node for each run whose model is at the batch tier: every
@@ -495,6 +500,7 @@ class Dispatcher:
             while self.in_flight or self.queue:
                 self.step()
                 self.submit()
+            self._show_live({})  # the gauges' last word: nothing in flight, nothing waiting
             self.progress.close()
             for plan in self.runs:
                 if plan.stop_reason():
@@ -630,11 +636,11 @@ class Dispatcher:
         for plan in self.runs:
             group = self.replicas.groups[_group_key(plan.config)]
             alive = [i for i in range(len(group.actors)) if i not in group.dead]
-            plan.show_live(
-                running=sum(1 for f in self.in_flight.values() if f.plan is plan),
-                waiting=waiting.get(quota_key(plan.config.model, plan.config.offline), 0),
-                replicas=dict(Counter(group.ips.get(i, "?") for i in alive)),
-            )
+            running = sum(1 for f in self.in_flight.values() if f.plan is plan)
+            calls = waiting.get(quota_key(plan.config.model, plan.config.offline), 0)
+            replicas = dict(Counter(group.ips.get(i, "?") for i in alive))
+            plan.show_live(running=running, waiting=calls, replicas=replicas)
+            self.exporters[str(plan.run_dir)].live(running, calls, replicas)
 
     def _send_stops(self) -> None:
         """A run stopped by `piserini-ray stop`: its queued queries start no more
