@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup lock run test test-fast lint format bench clean
+.PHONY: setup lock run test test-fast lint format bench clean phoenix
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,15 @@ lock: setup
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --extra dev \
 		--no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
 		--output-file requirements.lock pyproject.toml
+
+# Phoenix, the trace backend the traces test sends a run's spans to (tests/monitor/test_traces.py):
+# in an environment of its own (its dependencies are not the product's), pinned.
+PHOENIX_VERSION := 20.26.1
+phoenix: .venv-phoenix/.installed
+.venv-phoenix/.installed:
+	$(PYTHON) -m venv .venv-phoenix
+	.venv-phoenix/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
+	touch $@
 
 run: setup
 	$(BIN)/piserini-ray run
@@ -52,4 +61,4 @@ bench: setup
 	$(BIN)/python bench/search_latency.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-phoenix .pytest_cache .ruff_cache

@@ -39,6 +39,7 @@ from piserini_ray.engine_contract import Engine, Log, PreparedRun, RunSummary
 from piserini_ray.errors import DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.monitor.board import STOPPED, StatusBoard, final_status
+from piserini_ray.monitor.otlp import traces_endpoint
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.store import RunStore, manifest_config, write_report_file
@@ -303,8 +304,29 @@ def prepare(
             config, store.run_dir, benchmark, queries, index, store, table, todo, guard
         )
         run.board = _status_board(run, stack, log)
+        _send_traces(run, stack, log)
         prepared.append(run)
     return prepared
+
+
+def _send_traces(run: PreparedRun, stack: contextlib.ExitStack, log: Log) -> None:
+    """When traces are on (`monitor/otlp.py`), each query of the run as an OpenTelemetry trace,
+    made from its record by a store listener; what waits goes out when the execution ends."""
+    endpoint = traces_endpoint(run.config)
+    if endpoint is None:
+        return  # off: OpenTelemetry is not even imported
+    from piserini_ray.monitor.traces import TraceExporter
+
+    exporter = TraceExporter(
+        run.run_dir.name,
+        run.config,
+        run.pricing.model_price(run.config.model),
+        run.wanted,
+        endpoint,
+        log,
+    )
+    run.store.listeners.append(exporter)
+    stack.callback(exporter.close)
 
 
 def _status_board(run: PreparedRun, stack: contextlib.ExitStack, log: Log) -> StatusBoard:

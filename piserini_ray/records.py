@@ -52,6 +52,10 @@ class ToolCallRecord(BaseModel):
     spill_file: str | None = None
     error: str | None = None  # the tool error, when `ok` is False
     seconds: float  # the tool's time, charged to the budget
+    #: When the tool call began (Unix seconds; None in records before it was kept).
+    started_at: float | None = None
+    #: The documents the call showed (a search's page of hits) or opened (read_document).
+    docids: list[str] = Field(default_factory=list)
 
 
 class Turn(BaseModel):
@@ -78,6 +82,11 @@ class Turn(BaseModel):
     #: last reported count (that count plus what was added, or its ratio).
     estimate_method: str | None = None
     started_at_charged: float = 0.0  # the budget's charged seconds when the turn began
+    #: When the turn's model call began (Unix seconds; None in records before it was kept).
+    started_at: float | None = None
+    #: Why the model's reply ended, as the provider said (`stop`, `tool_calls`, `length`, ...);
+    #: None for a call without a reply.
+    finish_reason: str | None = None
     steered: bool = False  # the steer message was added before this turn
 
 

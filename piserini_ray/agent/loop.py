@@ -286,6 +286,7 @@ class _QueryRun:
 
     async def model_turn(self, turn: Turn) -> Completion:
         trace = CallTrace()
+        turn.started_at = round(time.time(), 3)
         try:
             completion = await self.client.complete(
                 self.messages, self.tools, waits=self.clock, trace=trace
@@ -302,6 +303,7 @@ class _QueryRun:
         turn.waited_seconds = round(completion.waited_seconds, 4)
         turn.attempts = completion.attempts
         turn.retries = completion.failures
+        turn.finish_reason = completion.finish_reason
         self.emit(
             "model",
             {
@@ -317,7 +319,7 @@ class _QueryRun:
         name = str(function.get("name") or "")
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else str(arguments or "")
-        tool_started = time.monotonic()
+        tool_started, started_at = time.monotonic(), round(time.time(), 3)
         result = await self.tool_runner(self.session, name, arguments)
         record = ToolCallRecord(
             id=call.get("id"),
@@ -329,6 +331,8 @@ class _QueryRun:
             spill_file=result.spill_file,
             error=result.error,
             seconds=round(time.monotonic() - tool_started, 4),
+            started_at=started_at,
+            docids=result.docids,
         )
         turn.tool_calls.append(record)
         self.messages.append(

@@ -46,6 +46,7 @@ class RuntimeConfig(StrictModel):
         "max_failure_rate",
         "status_seconds",
         "metrics_export_port",
+        "traces_endpoint",
         "runs_root",
         "batch",
     )
@@ -62,6 +63,10 @@ class RuntimeConfig(StrictModel):
     #: metrics section). Set, the local Ray starts its full dashboard agent, which serves them.
     #: A cluster's is its own (`ray start --metrics-export-port`).
     metrics_export_port: int | None = Field(None, ge=1, le=65535)
+    #: Where each query's OpenTelemetry trace goes (an OTLP/HTTP base such as
+    #: `http://127.0.0.1:6006`, or its `/v1/traces` URL); unset, the standard
+    #: `OTEL_EXPORTER_OTLP_ENDPOINT` is used if set, else no trace is made.
+    traces_endpoint: str | None = None
     replicas: int = Field(1, ge=1)
     cpus_per_replica: float = Field(1.0, gt=0)
     #: Agent loops one replica runs at once (they mostly wait on the model).

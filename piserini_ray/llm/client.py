@@ -98,6 +98,7 @@ class Completion:
     failures: list[str] = field(default_factory=list)
     usage_reported: bool = True  # False: the reply had no usage block (its tokens are unknown)
     reasoning: str | None = None  # the reasoning text the provider returned, if any
+    finish_reason: str | None = None  # why the reply ended, as the provider said
 
 
 @dataclass
@@ -541,4 +542,5 @@ def _completion(
         waited_seconds=waited,
         attempts=attempts,
         failures=failures,
+        finish_reason=getattr(response.choices[0], "finish_reason", None),
     )

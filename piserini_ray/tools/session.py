@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from piserini_ray.config import ToolsConfig
 from piserini_ray.retrieval.searcher import Ranking
@@ -65,6 +65,8 @@ class ToolResult(BaseModel):
     error: str | None = None
     spill_file: str | None = None
     reason: str | None = None
+    #: The documents the call showed (a page of hits) or opened (`read_document`).
+    docids: list[str] = Field(default_factory=list)
 
 
 class ToolArgumentError(ValueError):
@@ -93,6 +95,8 @@ class ToolSession:
         #: the run directory with the query's record (a replica may sit on another node).
         self.spills: dict[str, str] = {}
         self.blocked = False
+        #: The docids the current call shows (a page of hits) or opens (`ToolResult.docids`).
+        self._shown: list[str] = []
         # Insertion-ordered sets of docids (dict keys) for the recall metrics.
         self.surfaced: dict[str, None] = {}
         self.previewed: dict[str, None] = {}
@@ -115,6 +119,7 @@ class ToolSession:
         except ToolArgumentError as e:
             return self._error(name, str(e))
         reason = _clip_words(args.get("reason"), self.config.reason_max_words)
+        self._shown = []  # what this call shows or opens
         if self.blocked:
             return self._error(name, BLOCKED_MESSAGE, reason)
         try:
@@ -125,7 +130,9 @@ class ToolSession:
             log.warning("%s failed inside the tool: %s: %s", name, type(e).__name__, e)
             message = f"the {name} tool failed internally ({type(e).__name__}); try again."
             return self._error(name, message, reason)
-        return ToolResult(tool=name, ok=True, output=output, spill_file=spill, reason=reason)
+        return ToolResult(
+            tool=name, ok=True, output=output, spill_file=spill, reason=reason, docids=self._shown
+        )
 
     def _error(self, tool: str, message: str, reason: str | None = None) -> ToolResult:
         return ToolResult(
@@ -207,6 +214,7 @@ class ToolSession:
         limit = _integer(args, "limit", self.config.doc_limit, self.config.max_doc_limit)
         lines = self.backend.contents(ordinal).splitlines()
         total = len(lines)
+        self._shown.append(docid)
         if total == 0:
             self.opened.setdefault(docid)
             return f"Document {docid} is empty.", None
@@ -246,6 +254,7 @@ class ToolSession:
             ordinal = int(entry.ranking.ordinals[rank - 1])
             docid = self.backend.docid(ordinal)
             self.previewed.setdefault(docid)
+            self._shown.append(docid)
             blocks.append(self._hit(rank, ordinal, docid, entry.ranking.scores[rank - 1], pattern))
         total = len(entry.ranking)
         if last < total:
