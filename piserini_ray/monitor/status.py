@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from piserini_ray.errors import PiseriniRayError
+from piserini_ray.store import write_report_file
 
 STATUS_FILE = "status.json"
 STOP_FILE = "stop.request"
@@ -190,5 +191,5 @@ def request_stop(run_dir: Path) -> Path:
             "when its command runs again"
         )
     path = run_dir / STOP_FILE
-    path.write_bytes(orjson.dumps({"requested_at": now_iso(), "host": this_host()}))
-    return path
+    request = {"requested_at": now_iso(), "host": this_host()}
+    return write_report_file(path, orjson.dumps(request))
