@@ -23,6 +23,7 @@ is said once ("traces are dropped").
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -53,13 +54,22 @@ class _SaysOnce(SpanExporter):
     def __init__(self, inner: SpanExporter, endpoint: str, log: Log) -> None:
         self.inner, self.endpoint, self.log = inner, endpoint, log
         self.refused = 0
+        #: The last export was refused: the collector is down, as far as we know.
+        self.failing = False
+        #: Set at the end while the collector is down: what is left is dropped at once, so
+        #: the run does not wait out the exporter's retries.
+        self.dropping = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.dropping:
+            self.refused += len(spans)
+            return SpanExportResult.FAILURE
         try:
             result = self.inner.export(spans)
         except Exception:  # the exporter's own failure is a refusal too
             result = SpanExportResult.FAILURE
-        if result != SpanExportResult.SUCCESS:
+        self.failing = result != SpanExportResult.SUCCESS
+        if self.failing:
             if not self.refused:
                 self.log(
                     f"warning: the trace collector at {self.endpoint} did not take {len(spans)} "
@@ -146,13 +156,22 @@ class TraceExporter:
             self._send(record, judgement)
 
     def close(self) -> None:
-        """Send what still waits for a verdict, then flush (at most `EXPORT_SECONDS`)."""
+        """Send what still waits for a verdict, and flush on a thread of its own while the
+        driver judges and reports (the process waits for it at exit, `EXPORT_SECONDS` at
+        most). A collector that refused the last batch is not waited for again."""
         with self._lock:
             left, self._waiting = list(self._waiting.values()), {}
         for record in left:
             self._send(record, None)
-        self.provider_sdk.force_flush(int(EXPORT_SECONDS * 1000))
-        self.provider_sdk.shutdown()
+        self.exporter.dropping = self.exporter.failing
+
+        def flush() -> None:
+            self.provider_sdk.force_flush(int(EXPORT_SECONDS * 1000))
+            self.provider_sdk.shutdown()
+
+        flushing = threading.Thread(target=flush, name="traces-flush", daemon=True)
+        flushing.start()
+        atexit.register(flushing.join, EXPORT_SECONDS * 2)
 
     # ------------------------------------------------------------------ spans
 

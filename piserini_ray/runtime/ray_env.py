@@ -212,10 +212,10 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
     num_cpus = runtime.num_cpus or os.cpu_count() or 1
     # "local": a new instance, even where `ray start` (or a test cluster) left an address file
     # that a bare ray.init() would attach to, and then refuse our num_cpus.
-    # Metrics need the full dashboard agent (it serves them): no lean start then.
+    # Metrics need the full dashboard agent (it serves them); the rest stays lean.
     exported = runtime.metrics_export_port
     metrics: dict[str, Any] = {} if exported is None else {"_metrics_export_port": exported}
-    with _lean_start(not runtime.dashboard and exported is None):
+    with _lean_start(not runtime.dashboard, full_agent=exported is not None):
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -229,7 +229,7 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
 
 
 @contextlib.contextmanager
-def _lean_start(lean: bool) -> Iterator[None]:
+def _lean_start(lean: bool, full_agent: bool = False) -> Iterator[None]:
     """Within, when `lean`: a local Ray started here starts only what a run uses. Ray starts,
     even with `include_dashboard=False`, (1) the dashboard's API server, which `ray.init`
     waits for to publish its address (on 2 cores 1.2-1.7 s of the start and 1.2 s of CPU);
@@ -242,7 +242,8 @@ def _lean_start(lean: bool) -> Iterator[None]:
     starts where those modules are not installed). And `ray.init` finds its raylet
     registered as soon as it is (`_await_registration`), not on the next whole second. Ray
     2.60's own functions, replaced only for this start; where a Ray lacks one, that one is
-    left alone."""
+    left alone. `full_agent`: the dashboard agent starts whole (it serves the metrics
+    export port), the rest stays lean."""
     if not lean:
         yield
         return
@@ -273,6 +274,7 @@ def _lean_start(lean: bool) -> Iterator[None]:
             (services, "get_node", get_node),
         )
         if (original := getattr(owner, name, None)) is not None
+        and not (full_agent and name == "get_dashboard_dependency_error")
     ]
     for owner, name, _original, replacement in replaced:
         setattr(owner, name, replacement)
