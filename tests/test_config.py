@@ -277,6 +277,9 @@ NOT_RUN_IDENTITY = [
     "runtime.max_infrastructure_attempts",
     "runtime.max_failure_rate",
     "runtime.runs_root",
+    "runtime.status_seconds",  # how often the live status is written: watching, not the run
+    "runtime.metrics_export_port",
+    "runtime.traces_endpoint",
     "judge",
     "judge.model",
     "judge.model.name",

@@ -130,6 +130,8 @@ class TraceExporter:
         self.endpoint = endpoint
         self._lock = threading.Lock()
         self._waiting: dict[str, QueryRecord] = {}
+        #: The last flush, started by `close` (`flushed` waits for it).
+        self._flushing: threading.Thread | None = None
         self.exporter = _SaysOnce(
             OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_SECONDS), endpoint, log
         )
@@ -169,9 +171,16 @@ class TraceExporter:
             self.provider_sdk.force_flush(int(EXPORT_SECONDS * 1000))
             self.provider_sdk.shutdown()
 
-        flushing = threading.Thread(target=flush, name="traces-flush", daemon=True)
-        flushing.start()
-        atexit.register(flushing.join, EXPORT_SECONDS * 2)
+        self._flushing = threading.Thread(target=flush, name="traces-flush", daemon=True)
+        self._flushing.start()
+        atexit.register(self._flushing.join, EXPORT_SECONDS * 2)
+
+    def flushed(self, timeout: float = EXPORT_SECONDS * 2) -> bool:
+        """Wait for the flush `close` started; whether it ended within `timeout`."""
+        if self._flushing is None:
+            return False
+        self._flushing.join(timeout)
+        return not self._flushing.is_alive()
 
     # ------------------------------------------------------------------ spans
 

@@ -14,7 +14,9 @@ A run directory holds:
   twice; `agent_batches.jsonl` likewise for the agent's turns, with each reply
   (`store/ledgers.py`: `JudgeBatchLedger`, `TurnLedger`);
 - the reports (`summary.json`, `report.md`, `report.html`, plots, `epochs.*`, ...), written by
-  `report/` through the store's one report writer, `store/report_files.py`.
+  `report/` through the store's one report writer, `store/report_files.py`;
+- `status.json`, the run's live status, and `stop.request` while a stop is asked for, written
+  through the same writer by `monitor/` (told of each record and verdict: `RunStore.listeners`).
 
 Every JSONL goes through one `JsonlFile` (`store/jsonl.py`): an append is one line, flushed and
 fsync'd before it returns; opening a file repairs a torn tail (a crash mid-write) by reporting

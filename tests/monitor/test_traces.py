@@ -71,7 +71,8 @@ def test_a_collector_that_is_down_is_said_once_and_costs_nothing() -> None:
             trajectory=[Turn(index=1, model_output="x", usage=Usage(input_tokens=5))],
         )  # fmt: skip
         exporter.recorded(record)  # returns at once: spans go out at the end
-    exporter.close()
+    exporter.close()  # returns at once too: the flush goes on in its own thread
+    assert exporter.flushed()
     dropped = [m for m in said if "traces are dropped" in m]
     assert len(dropped) == 1 and "is it up?" in dropped[0]
 
