@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import piserini_ray
 from piserini_ray.cli import analysis, live, monitor, retrieval, runs
 from piserini_ray.cli.common import engine_arguments, epochs_argument
 from piserini_ray.config import BACKENDS
@@ -21,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The `piserini-ray` parser: each command sets `func`, the function that runs it."""
     parser = argparse.ArgumentParser(
         prog="piserini-ray", description="Distributed batch evaluation of agentic search."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {piserini_ray.__version__}"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -133,7 +137,7 @@ def _analysis_commands(sub: Any, add: _Add) -> None:
     p.set_defaults(func=runs.cmd_judge)
     p = sub.add_parser("pricing", help="Check the pricing table against litellm's price map.")
     p.add_argument("action", choices=("check",))
-    p.add_argument("--table", type=Path, help="default: configs/pricing.yaml")
+    p.add_argument("--table", type=Path, help="default: the package's own (configs/pricing.yaml)")
     p.set_defaults(func=analysis.cmd_pricing_check)
     p = sub.add_parser("compare", help="Paired comparison of runs against the first one.")
     p.add_argument("run_dirs", type=Path, nargs="+", help="REFERENCE RUN [RUN ...]")

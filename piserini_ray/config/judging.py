@@ -73,7 +73,7 @@ class PricingConfig(StrictModel):
     IDENTITY = ()
     NOT_IDENTITY = ("table", "allow_litellm_prices", "max_cost_usd")
 
-    table: Path | None = None  # default: configs/pricing.yaml of this checkout
+    table: Path | None = None  # default: the package's own table (configs/pricing.yaml)
     allow_litellm_prices: bool = False
     #: Spend at most this on the agent's calls (USD; resumed records count): no query starts
     #: once spent + the projected cost of those in flight would pass it. Not identity: resume

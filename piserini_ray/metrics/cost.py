@@ -7,6 +7,7 @@ bills a request it received, so they are priced as uncached input in every cost,
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,8 +176,9 @@ def price_differences(table: PricingTable) -> list[PriceDifference]:
 
 
 def default_pricing_path() -> Path:
-    """`configs/pricing.yaml` of the checkout this package runs from."""
-    return Path(__file__).resolve().parents[2] / "configs" / "pricing.yaml"
+    """The pricing table the package carries (`piserini_ray/pricing.yaml`, package data, so a
+    wheel installed anywhere has it; a checkout's `configs/pricing.yaml` links to it)."""
+    return Path(str(resources.files("piserini_ray").joinpath("pricing.yaml")))
 
 
 def load_pricing(path: Path | None = None, allow_litellm: bool = False) -> PricingTable:
