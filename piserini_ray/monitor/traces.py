@@ -24,6 +24,7 @@ is said once ("traces are dropped").
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -37,7 +38,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from piserini_ray.config import RunConfig
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.secrets import scrubber
 from piserini_ray.metrics.cost import Price
 from piserini_ray.records import Judgement, QueryRecord, Turn
 
@@ -46,6 +47,9 @@ AGENT_NAME = "piserini"
 #: How long one export may take before the spans are counted as dropped (the run never waits
 #: on it: spans go out from the exporter's own thread, and at the end at most this long).
 EXPORT_SECONDS = 5.0
+#: The OTLP exporter logs every retry and refusal ("Transient error ..."): a line a second
+#: while a collector is down. `_SaysOnce` says it once instead.
+logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
 
 
 class _SaysOnce(SpanExporter):
@@ -59,6 +63,7 @@ class _SaysOnce(SpanExporter):
         #: Set at the end while the collector is down: what is left is dropped at once, so
         #: the run does not wait out the exporter's retries.
         self.dropping = False
+        self._shut = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self.dropping:
@@ -78,8 +83,16 @@ class _SaysOnce(SpanExporter):
             self.refused += len(spans)
         return result
 
+    def stop_retrying(self) -> None:
+        """The collector is down at the end: an export waiting out its back-off gives up now
+        (the OTLP exporter's shutdown ends that wait), and what is left is dropped at once."""
+        self.dropping = True
+        self.shutdown()
+
     def shutdown(self) -> None:
-        self.inner.shutdown()
+        if not self._shut:
+            self._shut = True
+            self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
@@ -93,7 +106,7 @@ def _iso_seconds(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _attributes(values: dict[str, Any]) -> dict[str, Any]:
+def _attributes(values: dict[str, Any], scrub: Callable[[str], str]) -> dict[str, Any]:
     """Attributes as OTel takes them: no None, text scrubbed, lists of text."""
     out: dict[str, Any] = {}
     for key, value in values.items():
@@ -165,7 +178,8 @@ class TraceExporter:
             left, self._waiting = list(self._waiting.values()), {}
         for record in left:
             self._send(record, None)
-        self.exporter.dropping = self.exporter.failing
+        if self.exporter.failing:
+            self.exporter.stop_retrying()
 
         def flush() -> None:
             self.provider_sdk.force_flush(int(EXPORT_SECONDS * 1000))
@@ -185,6 +199,7 @@ class TraceExporter:
     # ------------------------------------------------------------------ spans
 
     def _send(self, record: QueryRecord, verdict: Judgement | None) -> None:
+        scrub = scrubber()  # the secrets read once for the query's thousand attributes
         started = _iso_seconds(record.started_at)
         finished = _iso_seconds(record.finished_at)
         usage = record.usage
@@ -220,7 +235,8 @@ class TraceExporter:
                     "piserini.turns": len(record.trajectory),
                     "piserini.exact_answer_given": record.exact_answer is not None,
                     "error.type": "query_failed" if record.status == "failed" else None,
-                }
+                },
+                scrub,
             ),
         )
         if record.status == "failed":
@@ -228,10 +244,17 @@ class TraceExporter:
         context = trace.set_span_in_context(root)
         clock = started
         for turn in record.trajectory:
-            clock = self._turn(turn, started, clock, context)
+            clock = self._turn(turn, started, clock, context, scrub)
         root.end(end_time=_ns(max(finished, clock)))
 
-    def _turn(self, turn: Turn, query_start: float, clock: float, context: Any) -> float:
+    def _turn(
+        self,
+        turn: Turn,
+        query_start: float,
+        clock: float,
+        context: Any,
+        scrub: Callable[[str], str],
+    ) -> float:
         """The turn's `chat` span and its tools' spans; returns where the turn ended."""
         began = (
             turn.started_at
@@ -263,7 +286,8 @@ class TraceExporter:
                     "piserini.waited_seconds": turn.waited_seconds,
                     "piserini.usage_estimated": turn.usage_estimated,
                     "piserini.steered": turn.steered,
-                }
+                },
+                scrub,
             ),
         )
         if turn.model_output is None and not turn.tool_calls and turn.usage_estimated:
@@ -285,7 +309,8 @@ class TraceExporter:
                         "piserini.docids": call.docids or None,
                         "piserini.spill_file": call.spill_file,
                         "piserini.turn": turn.index,
-                    }
+                    },
+                    scrub,
                 ),
             )
             if not call.ok:
