@@ -26,6 +26,7 @@ from piserini_ray.monitor.status import (
     STOP_FILE,
     RunStatus,
     State,
+    heartbeat_seconds,
     now_iso,
     read_status,
     this_host,
@@ -79,7 +80,10 @@ class StatusBoard:
         self._wanted = wanted
         self._lock = threading.Lock()
         self._judge = config.judge_model().name
-        self._started = time.monotonic()
+        #: When this execution's first query of the run was in flight: the pace counts from
+        #: there (a sweep's run that waited its turn would otherwise read as slow).
+        self._began: float | None = None
+        self._created = time.monotonic()
         self.status = RunStatus(
             run_dir=str(store.run_dir),
             run_id=store.run_id,
@@ -137,6 +141,8 @@ class StatusBoard:
         with self._lock:
             self._count(record)
             self.status.ran_now += 1
+            if self._began is None:  # it ran between two looks of the engine's gauges
+                self._began = self._created
             self._dirty = True
 
     def judged(self, judgement: Judgement) -> None:
@@ -186,6 +192,8 @@ class StatusBoard:
             before = (self.status.running, self.status.waiting_on_limiter, self.status.replicas)
             if running is not None:
                 self.status.running = running
+                if running and self._began is None:
+                    self._began = time.monotonic()
             if waiting is not None:
                 self.status.waiting_on_limiter = waiting
             if replicas is not None:
@@ -226,8 +234,10 @@ class StatusBoard:
         )
 
     def _pace(self) -> float | None:
-        """Queries recorded per minute by this execution so far."""
-        elapsed = time.monotonic() - self._started
+        """Queries recorded per minute by this execution since its first query ran."""
+        if self._began is None:
+            return None
+        elapsed = time.monotonic() - self._began
         return self.status.ran_now / elapsed * 60 if self.status.ran_now and elapsed > 0 else None
 
     def _write(self) -> None:
@@ -247,8 +257,9 @@ class StatusBoard:
                 f"{self.status.run_dir}: stop requested: no new query starts and the "
                 f"{self.status.running} in flight end as retryable (resume runs them)"
             )
-        due = time.monotonic() - self._written_at >= self.status.every_seconds
-        if self._dirty and due:
+        every = self.status.every_seconds
+        since = time.monotonic() - self._written_at
+        if (self._dirty and since >= every) or since >= heartbeat_seconds(every):
             try:
                 self._write()
             except OSError as e:  # the run goes on: its records are what counts
@@ -257,7 +268,8 @@ class StatusBoard:
                     self._log(f"warning: cannot rewrite {self.path} ({e.strerror}); it goes on")
 
     def start(self) -> StatusBoard:
-        """Rewrite the file every `every_seconds` while anything changed, on a daemon thread."""
+        """Rewrite the file every `every_seconds` while anything changed (and at the heartbeat
+        while nothing does), on a daemon thread."""
 
         def loop() -> None:
             while not self._closed.wait(POLL_SECONDS):

@@ -8,11 +8,12 @@ from __future__ import annotations
 from piserini_ray.report.viewer import VIEWER_HTML
 
 _STYLE = """<style>
-body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+body { font: 13px system-ui, sans-serif; margin: 1em; color: #222; }
 table { border-collapse: collapse; margin: .5em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: .25em .6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.bar { width: 9em; height: .7em; background: #eee; display: inline-block; }
+th, td { border-bottom: 1px solid #ddd; padding: .25em .4em; text-align: right; }
+th { vertical-align: bottom; }
+th:first-child, td:first-child { text-align: left; word-break: break-all; min-width: 12em; }
+.bar { width: 5em; height: .7em; background: #eee; display: inline-block; }
 .bar span { display: block; height: 100%; background: #3a7; }
 .state-stale, .state-interrupted { color: #b30; font-weight: bold; }
 .state-stopped { color: #a60; }

@@ -37,6 +37,17 @@ STALE_INTERVALS = 5
 STALE_FLOOR = 20.0
 
 
+def stale_after(every_seconds: float) -> float:
+    """Seconds after which a live status that was not rewritten is stale."""
+    return max(STALE_FLOOR, STALE_INTERVALS * every_seconds)
+
+
+def heartbeat_seconds(every_seconds: float) -> float:
+    """A live run with nothing new (a sweep's run waiting its turn, or done with its queries
+    while the others go on) is rewritten this often all the same, so it never reads stale."""
+    return stale_after(every_seconds) / 4
+
+
 class MonitorError(PiseriniRayError):
     """A path with no run, a port taken, a run that cannot be stopped."""
 
@@ -137,7 +148,7 @@ def view(status: RunStatus) -> StatusView:
     age = max(0.0, (datetime.now(UTC) - updated).total_seconds())
     stale = False
     if status.state in LIVE_STATES:
-        too_old = age > max(STALE_FLOOR, STALE_INTERVALS * status.every_seconds)
+        too_old = age > stale_after(status.every_seconds)
         gone = status.host == this_host() and not _pid_alive(status.pid)
         stale = too_old or gone
     return StatusView(status=status, age_seconds=round(age, 1), stale=stale)

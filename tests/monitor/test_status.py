@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.cli.monitor import status_row
 from piserini_ray.config import RunConfig
@@ -129,6 +130,49 @@ def test_a_status_whose_driver_is_gone_is_stale(tmp_path: Path) -> None:
     assert view(old).stale
     row = status_row("run", view(dead))
     assert row[1].startswith("stale (last written")
+
+
+def test_a_live_run_with_nothing_new_is_rewritten_and_never_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's run that waits its turn (or is done while the others go on) changes nothing
+    for minutes; its driver lives, so it must not read as stale (seen on a live sweep: two of
+    four runs 'stale' mid-run). The staleness floor is shortened so that a heartbeat comes
+    within the test."""
+    monkeypatch.setattr("piserini_ray.monitor.status.STALE_FLOOR", 1.0)
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        board = _board(store, {"q1"}, []).start()
+        try:
+            writes: list[str] = []
+
+            def rewritten() -> bool:
+                seen = read_status(tmp_path / "run")
+                assert seen is not None and not seen.stale, seen
+                if not writes or seen.status.updated_at != writes[-1]:
+                    writes.append(seen.status.updated_at)
+                return len(writes) >= 4
+
+            wait_for("three heartbeats of a run with nothing new", rewritten, deadline_s=60)
+            assert board.status.recorded == {} and board.status.state == "running"
+        finally:
+            board.close("running")
+
+
+def test_the_pace_counts_from_the_runs_first_query_in_flight(tmp_path: Path) -> None:
+    """A sweep's run that waited its turn: its pace (and ETA) count from when its first query
+    was in flight, not from when the sweep began."""
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        board = _board(store, {"q1", "q2"}, [])
+        board.live(running=0, waiting=0)  # the sweep's other runs go first
+        assert board._began is None and board._pace() is None
+        board.live(running=1)
+        began = board._began
+        assert began is not None
+        store.append(_record(store, "q1"))
+        board.live(running=0)
+        board.live(running=1)  # a later query in flight does not move the start
+        assert board._began == began and board._pace() is not None
+        board.close("running")
 
 
 def test_paths_with_no_run_are_named(tmp_path: Path) -> None:
