@@ -215,7 +215,8 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
     # Metrics need the full dashboard agent (it serves them); the rest stays lean.
     exported = runtime.metrics_export_port
     metrics: dict[str, Any] = {} if exported is None else {"_metrics_export_port": exported}
-    with _lean_start(not runtime.dashboard, full_agent=exported is not None):
+    lean = not runtime.dashboard and lean_start_applies(ray.__version__, log)
+    with _lean_start(lean, full_agent=exported is not None):
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -226,6 +227,30 @@ def _init(runtime: RuntimeConfig, address: str | None, log: Log) -> None:
         )
     _connected = "started"
     log(f"started a local Ray instance: {num_cpus} CPUs, object store {runtime.object_store_mb} MB")
+
+
+#: The Ray whose private functions `_lean_start` replaces (the one pyproject.toml pins). Any
+#: other Ray starts the plain way: its private functions may take other arguments or mean
+#: other things, and a run must not start differently unseen.
+LEAN_START_RAY = "2.60.0"
+_said_plain_start = False
+
+
+def lean_start_applies(ray_version: str, log: Log) -> bool:
+    """Whether the lean start may patch this Ray (`LEAN_START_RAY`); any other says once that
+    a local Ray starts the plain way."""
+    global _said_plain_start
+    if ray_version == LEAN_START_RAY:
+        return True
+    if not _said_plain_start:
+        _said_plain_start = True
+        log(
+            f"Ray {ray_version} is not the Ray {LEAN_START_RAY} that piserini_ray's lean local "
+            "start was written for: a local Ray starts the plain way (its API server, "
+            "autoscaler monitor and full dashboard agent too: a second or two more); install "
+            f"ray=={LEAN_START_RAY} (requirements.lock) for the lean start"
+        )
+    return False
 
 
 @contextlib.contextmanager
@@ -241,8 +266,8 @@ def _lean_start(lean: bool, full_agent: bool = False) -> Iterator[None]:
     fails to start, with `ray start --no-monitor`, and with a "minimal" agent (the one Ray
     starts where those modules are not installed). And `ray.init` finds its raylet
     registered as soon as it is (`_await_registration`), not on the next whole second. Ray
-    2.60's own functions, replaced only for this start; where a Ray lacks one, that one is
-    left alone. `full_agent`: the dashboard agent starts whole (it serves the metrics
+    2.60's own functions, replaced only for this start and only in Ray 2.60
+    (`lean_start_applies`). `full_agent`: the dashboard agent starts whole (it serves the metrics
     export port), the rest stays lean."""
     if not lean:
         yield

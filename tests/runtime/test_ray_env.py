@@ -214,6 +214,46 @@ def test_a_local_ray_without_the_dashboard_starts_only_what_a_run_uses(dashboard
     assert result["registered"] == [True, False]  # its node found; a node never started, not
 
 
+def test_another_ray_starts_the_plain_way_and_says_so_once() -> None:
+    """The lean start replaces private functions of Ray 2.60 only: a Ray that says it is
+    another version starts as Ray starts itself (its monitor and API server too), with Ray's
+    functions never touched, and the driver is told once."""
+    result = _run(
+        """
+        import json
+        import ray
+        from ray._private import node as node_module, services, utils
+        from piserini_ray.config import RuntimeConfig
+        from piserini_ray.runtime import ray_env
+
+        ray.__version__ = "2.61.0"  # what a newer Ray says of itself
+        originals = [services.start_api_server, node_module.Node.start_monitor,
+                     utils.get_dashboard_dependency_error, services.get_node]
+        touched = []
+        for owner, name in ((services, "start_api_server"), (services, "get_node")):
+            original = getattr(owner, name)
+            def watch(*args, _original=original, _name=name, **kwargs):
+                touched.append(_name)  # Ray's own function was called: not replaced
+                return _original(*args, **kwargs)
+            setattr(owner, name, watch)
+        said = []
+        ray_env.start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100), said.append)
+        started = sorted(ray._private.worker._global_node.all_processes)
+        ray_env.release_ray_async().join()
+        ray_env.lean_start_applies("2.61.0", said.append)  # a second start: not said again
+        print(json.dumps({
+            "started": started,
+            "touched": sorted(set(touched)),
+            "said": [m for m in said if "plain way" in m],
+        }))
+        """
+    )
+    assert "monitor" in result["started"] and "raylet" in result["started"], result["started"]
+    assert result["touched"] == ["get_node", "start_api_server"]
+    (said,) = result["said"]
+    assert "Ray 2.61.0 is not the Ray 2.60.0" in said and "ray==2.60.0" in said
+
+
 def test_a_ray_the_caller_started_is_neither_restarted_nor_let_go() -> None:
     result = _run(
         """
