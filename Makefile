@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup lock run test test-fast lint format bench clean phoenix
+.PHONY: setup lock run test test-fast lint format bench clean phoenix image-wheels
 
 setup: $(VENV)/.installed
 
@@ -35,6 +35,14 @@ phoenix: .venv-phoenix/.installed
 	$(PYTHON) -m venv .venv-phoenix
 	.venv-phoenix/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
 	touch $@
+
+# The wheels the KubeRay image installs beside the package index (jobs/k8s/wheels/README.md):
+# torch's CPU build, which PyPI does not serve, checked against the lock's hash.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+image-wheels: setup
+	mkdir -p build && grep -A1 '^torch==' requirements.lock | sed 's/ \\$$//' | tr '\n' ' ' > build/torch.txt
+	$(BIN)/pip download --quiet --no-deps --require-hashes --dest jobs/k8s/wheels \
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -r build/torch.txt
 
 run: setup
 	$(BIN)/piserini-ray run

@@ -522,7 +522,7 @@ SECRET_VALUE = re.compile(
 
 
 def test_no_secret_value_is_written_anywhere_in_jobs_k8s() -> None:
-    for path in sorted(K8S.iterdir()):
+    for path in sorted(p for p in K8S.rglob("*") if p.is_file() and p.suffix != ".whl"):
         found = SECRET_VALUE.findall(path.read_text())
         assert not found, f"{path.name} holds what looks like a secret: {found}"
     for name, doc in ray_documents():
@@ -642,7 +642,11 @@ def test_every_pod_runs_the_image_built_from_this_repository() -> None:
     dockerfile = (K8S / "Dockerfile").read_text()
     (base,) = re.findall(r"^FROM\s+(\S+)", dockerfile, re.MULTILINE)
     assert base == f"rayproject/ray:{_ray_version()}-py311-cpu"
-    assert re.search(r"pip install .*\s\.\s", dockerfile)  # the repository itself
+    # Exactly the lock, with its hashes, and no other index; then the wheel of this tree.
+    assert re.search(r"pip install .*--require-hashes .*\n?.*-r requirements\.lock", dockerfile)
+    assert "index-url" not in dockerfile and "--index" not in dockerfile
+    assert re.search(r"pip wheel --no-deps .* \.", dockerfile)
+    assert "pip install --no-cache-dir --no-deps dist/piserini_ray-*.whl" in dockerfile
     assert f"-t {image} ." in dockerfile
 
 
