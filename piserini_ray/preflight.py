@@ -93,11 +93,11 @@ def _check_key(role: str, model: ModelConfig, offline: OfflineConfig) -> None:
             f"export {model.api_key_env}=... (the key is read from there, never from files)"
         )
     if model.api_key_env is None and model.api_base is None and not offline.serves(model):
-        import litellm
+        from piserini_ray.llm.routes import missing_variables
 
-        check = litellm.validate_environment(model=model.resolved_litellm_model())
-        if not check.get("keys_in_environment", True):
-            missing = ", ".join(check.get("missing_keys") or []) or "the provider's API key"
+        lacking = missing_variables(model)
+        if lacking is not None:
+            missing = ", ".join(lacking) or "the provider's API key"
             raise ConfigError(
                 f"{role} {model.name!r} needs {missing} in the environment; export it, or name "
                 f"the variable in {role}.api_key_env"

@@ -31,8 +31,8 @@ from piserini_ray.llm.error_catalogue import classify
 from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.provider_errors import note_reply_body
 from piserini_ray.llm.retry import retrying
-from piserini_ray.llm.routes import route_provider
-from piserini_ray.llm.secrets import hold, key_variable, scrub
+from piserini_ray.llm.routes import route_facts, route_provider
+from piserini_ray.llm.secrets import hold, scrub
 from piserini_ray.llm.usage import (
     ReportedPrompts,
     character_estimate,
@@ -211,33 +211,43 @@ class LLMClient:
         #: an unreported one (`_estimate`).
         self.reported = ReportedPrompts()
         self._keys = dict(keys or {})
-        # Every key this client could send is scrubbed from what this process writes.
-        name = key_variable(model, self.api_base)
-        hold(*self._keys.values(), os.environ.get(name) if name else None)
+        #: The variables its calls read (`routes.route_facts`): keys, and for Azure or Bedrock
+        #: endpoint, version, region and credentials.
+        self.facts = route_facts(model, self.api_base)
+        # Every secret this client could send is scrubbed from what this process writes.
+        hold(*self._secrets())
         self.request_seed = request_seed
         #: `service_tier: batch`: every call goes through it, as a line of a provider batch.
         self.batcher = batcher
 
+    def _value(self, name: str) -> str | None:
+        """A variable's value: the driver's handed one, else this process's."""
+        handed = self._keys.get(name)
+        return handed.get_secret_value() if handed is not None else os.environ.get(name)
+
+    def _secrets(self) -> list[str | None]:
+        return [self._value(name) for name in self.facts.variables if self.facts.secret(name)]
+
     def api_key(self) -> str | None:
         """The key this client sends: the driver's handed value, else this process's variable
         (a loopback endpoint needs none)."""
-        name = key_variable(self.model, self.api_base)
-        if name is None:
+        names = self.facts.key_variables
+        if not names:
             # A self-hosted endpoint (the loopback provider, vLLM, a replica's relay to it)
-            # needs no secret but the OpenAI client insists on one.
+            # needs no secret but the OpenAI client insists on one; a route whose credentials
+            # are not an API key (Bedrock's) sends them as its own parameters (`_params`).
             return "no-key" if self.api_base else None
-        handed = self._keys.get(name)
-        value = handed.get_secret_value() if handed is not None else os.environ.get(name)
-        if value:
-            hold(value)
-            return value
+        for name in names:
+            if value := self._value(name):
+                hold(value)
+                return value
         if self.model.api_key_env is None:
             return None  # litellm's own lookup, and its own error
         # A configuration failure, never a query's: the run stops (every query would fail).
         raise RetryError(
             Failure(
                 FailureKind.PERMANENT,
-                f"environment variable {name} (model.api_key_env) is not set on this node "
+                f"environment variable {names[0]} (model.api_key_env) is not set on this node "
                 "and the driver handed no value for it: export it where you run piserini-ray",
                 stops_run=True,
             ),
@@ -246,9 +256,7 @@ class LLMClient:
 
     def scrub(self, text: str) -> str:
         """Remove every key value this process could send from text we are about to keep."""
-        name = self.model.api_key_env
-        handed = [v.get_secret_value() for v in self._keys.values()]
-        return scrub(text, [os.environ.get(name) if name else None, *handed])
+        return scrub(text, self._secrets())
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -256,6 +264,12 @@ class LLMClient:
             "timeout": self.model.call_timeout,
             "num_retries": 0,
         }
+        # What the driver handed beyond the key (Azure's endpoint and version, Bedrock's
+        # credentials and region): a node without the user's environment reads none of it.
+        for name in self._keys:
+            parameter = self.facts.parameter(name)
+            if parameter is not None and parameter != "api_key" and name in self.facts.variables:
+                params[parameter] = self._keys[name].get_secret_value()
         if self.api_base:
             params["api_base"] = self.api_base
         if self.model.temperature is not None:

@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig
 from piserini_ray.config.secrets import SECRET_NAME
-from piserini_ray.llm.routes import route_provider
+from piserini_ray.llm.routes import route_facts
 
 #: Shorter values are not keys (flags like "1" or "true") and replacing them would mangle text.
 MIN_SECRET_LENGTH = 8
@@ -98,40 +98,21 @@ def scrub_bytes(data: bytes) -> bytes:
     return data
 
 
-def key_variable(model: ModelConfig, api_base: str | None = None) -> str | None:
-    """The environment variable that holds a model's key: `model.api_key_env`; for a hosted
-    model without one, the variable litellm reads for its provider (`OPENAI_API_KEY`,
-    `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`, ...: `<PROVIDER>_API_KEY`); None for an endpoint of
-    the user's own (`api_base`, or `model.api_base`) or an offline model: no secret."""
-    if model.api_key_env is not None:
-        return model.api_key_env
-    if model.is_offline or (api_base or model.api_base) is not None:
-        return None
-    provider = route_provider(model)
-    if provider == "unknown":  # an unknown route: litellm's own call says what is wrong
-        return None
-    return f"{provider.upper().replace('-', '_')}_API_KEY"
-
-
-def hold_keys_of(models: Iterable[ModelConfig]) -> None:
-    """Register the keys these models' calls would send from this process's environment."""
-    for model in models:
-        name = key_variable(model)
-        if name is not None:
-            hold(os.environ.get(name))
-
-
 def driver_keys(models: Iterable[ModelConfig]) -> dict[str, SecretStr]:
-    """The key values, read here (the driver), that the models' calls need: handed to the
-    replicas with each query, in memory only (never a file, a log or a `runtime_env`), so that a
-    node started without the user's environment can call the model. A variable this process
-    lacks is left out: a node that has it uses its own."""
+    """The values, read here (the driver), of every variable the models' calls read
+    (`routes.route_facts`: a key, and for Azure or Bedrock the endpoint, version, region and
+    credentials too): handed to the replicas with each query, in memory only (never a file, a
+    log or a `runtime_env`), so that a node started without the user's environment can call
+    the model. A variable this process lacks is left out: a node that has it uses its own.
+    The secret ones are held for the scrubber."""
     keys = {}
     for model in models:
-        name = key_variable(model)
-        if name is not None and (value := os.environ.get(name)):
-            keys[name] = SecretStr(value)
-            hold(value)
+        facts = route_facts(model)
+        for name in facts.variables:
+            if value := os.environ.get(name):
+                keys[name] = SecretStr(value)
+                if facts.secret(name):
+                    hold(value)
     return keys
 
 

@@ -51,3 +51,41 @@ def test_a_route_that_names_its_provider_loads_no_litellm() -> None:
         " 'litellm' in sys.modules)\n"
     )
     assert fresh_python(script).split() == ["anthropic", "False"]
+
+
+@pytest.mark.parametrize("route", ["openai/gpt-5.4-mini", "anthropic/claude-opus-4-5"])
+def test_the_variables_of_a_route_that_names_its_provider_are_litellms(route: str) -> None:
+    from piserini_ray.llm.routes import _litellm_variables, route_facts
+
+    facts = route_facts(ModelConfig(name="m", litellm_model=route))
+    assert facts.variables == _litellm_variables(route) != ()
+
+
+def test_a_route_the_shortcut_answers_loads_no_litellm_for_its_variables() -> None:
+    script = (
+        "import sys\n"
+        "from piserini_ray.config import ModelConfig\n"
+        "from piserini_ray.llm.routes import route_facts\n"
+        "facts = route_facts(ModelConfig(name='m', litellm_model='openai/gpt-5.4-mini'))\n"
+        "print(*facts.variables, 'litellm' in sys.modules)\n"
+    )
+    assert fresh_python(script).split() == ["OPENAI_API_KEY", "False"]
+
+
+def test_the_aws_variables_are_those_litellms_aws_routes_read() -> None:
+    """`AWS_VARIABLES`: each one is the fallback of litellm's `aws_*` parameter of the same
+    name (its credentials step), so that a new litellm that drops or renames one shows here."""
+    import inspect
+
+    from litellm.llms.bedrock.base_aws_llm import BaseAWSLLM
+
+    from piserini_ray.llm.routes import AWS_VARIABLES, route_facts
+
+    source = inspect.getsource(BaseAWSLLM.get_credentials)
+    for name in AWS_VARIABLES:
+        assert f'({name.lower()}, "{name}")' in source, name
+    facts = route_facts(ModelConfig(name="m", litellm_model="bedrock/anthropic.claude-v2"))
+    assert facts.variables == AWS_VARIABLES
+    assert facts.key_variables == ()  # Bedrock's credentials go as their own parameters
+    assert [facts.parameter(v) for v in AWS_VARIABLES] == [v.lower() for v in AWS_VARIABLES]
+    assert [v for v in AWS_VARIABLES if not facts.secret(v)] == ["AWS_REGION_NAME"]
