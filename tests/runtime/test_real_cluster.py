@@ -8,6 +8,8 @@ host 1 with the key in its own environment only.
   endpoint is reached from host 2 through the replica's relay, and the key's value is in no
   file of the run, of either host's Ray, or of the logs.
 - The main job's own offline rehearsal completes every query on both hosts.
+- An Azure-routed model (endpoint, version and key in the driver's environment only) completes
+  every query on both hosts: host 2 gets all three from the driver.
 - A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
 - No run's output says "blocking ray.get" (Ray's warning of a replica blocking its event loop).
 """
@@ -48,6 +50,24 @@ out = {}
 if mode.startswith("rehearsal"):
     config.write_text(common)
     out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
+elif mode == "azure":
+    # Azure's route: its endpoint, version and key in the driver's environment only, the front
+    # on host 1's address (host 2 reaches it over the network, not through a relay).
+    import os
+    sys.path.insert(0, sys.argv[5])
+    from azure_front import AZURE, DEPLOYMENT, KEY as AZURE_KEY, VERSION, AzureFront
+    served = OfflineConfig(model_aliases={DEPLOYMENT: "offline/heuristic"})
+    host1 = address.split(":")[0]
+    with OfflineProvider(served) as provider, AzureFront(provider.base_url, host1) as front:
+        os.environ.update(zip(AZURE, (front.base, VERSION, AZURE_KEY)))
+        config.write_text(
+            common
+            + f"model: {{name: {DEPLOYMENT}, litellm_model: azure/{DEPLOYMENT}}}\n"
+            + "judge: {model: {name: offline/exact-match-judge}}\n"
+        )
+        out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
+        out["keys_seen"] = sorted({s["api-key"] == AZURE_KEY for s in front.seen})
+        out["requests"] = len(front.seen)
 else:
     served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
     with OfflineProvider(served) as provider:
@@ -89,6 +109,7 @@ def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
         hosts.head_address,
         str(hosts.data),
         name or mode,
+        str(Path(__file__).parents[1]),  # tests/: the Azure front
         env={"PISERINI_DRIVER_KEY": KEY},
     )
     lines = marked_results(done.stdout)
@@ -138,6 +159,23 @@ def test_a_hosted_model_run_gets_the_key_from_the_driver_and_crosses_nodes(
     # The key's value is nowhere on disk: the run, both hosts' Ray folders and logs.
     assert _files_holding(cluster.root, KEY) == []
     assert KEY not in err
+
+
+def test_an_azure_model_on_a_bare_host_gets_endpoint_version_and_key_from_the_driver(
+    cluster: TwoHosts,
+) -> None:
+    """Azure's route reads three variables (`routes.route_facts`); host 2 has none of them,
+    and every query completes on both hosts with what the driver handed in memory."""
+    from azure_front import KEY as AZURE_KEY
+
+    seen, err = _drive(cluster, "azure")
+    assert seen["status"] == 0, err[-6000:]
+    assert seen["statuses"] == ["completed"] * 8, err[-6000:]
+    for host in (cluster.host1, cluster.host2):
+        assert f"checked gpt-5.4-mini from node {host.address}: it answers" in err
+    assert seen["keys_seen"] == [True] and seen["requests"] >= 8  # every request had the key
+    assert _files_holding(cluster.root, AZURE_KEY) == []
+    assert AZURE_KEY not in err
 
 
 def test_the_offline_rehearsal_runs_on_both_hosts(cluster: TwoHosts) -> None:
