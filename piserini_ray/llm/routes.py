@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import types
 from dataclasses import dataclass
@@ -57,16 +56,19 @@ AWS_VARIABLES = (
     "AWS_REGION_NAME",
 )
 AWS_ROUTES = frozenset({"bedrock", "sagemaker"})
+#: Bedrock's runtime endpoint, when it is not AWS's own (a VPC endpoint, a gateway): litellm's
+#: `get_runtime_endpoint` reads it after its `aws_bedrock_runtime_endpoint` parameter.
+BEDROCK_VARIABLES = ("AWS_BEDROCK_RUNTIME_ENDPOINT",)
 #: What litellm's `validate_environment` names for the routes of `PREFIXED`, answered without
 #: its import like their provider (tests/llm/test_routes.py holds them to litellm's answer).
 PREFIXED_VARIABLES = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY",)}
-#: Variables that carry a setting, not a secret, by litellm's parameter they feed.
-_PARAMETERS = (
-    (re.compile(r"^AWS_"), None),  # the `aws_*` parameter of the same name in lower case
-    (re.compile(r"^VERTEXAI_(PROJECT|LOCATION)$"), None),  # vertex_project, vertex_location
-    (re.compile(r"_API_BASE$"), "api_base"),
-    (re.compile(r"_API_VERSION$"), "api_version"),
-    (re.compile(r"_API_KEY$|_API_TOKEN$"), "api_key"),
+#: litellm's parameter for a variable, by the end of its name (AWS's and Vertex's have their
+#: own parameters, `RouteFacts.parameter`).
+_SUFFIXES = (
+    ("_API_BASE", "api_base"),
+    ("_API_VERSION", "api_version"),
+    ("_API_KEY", "api_key"),
+    ("_API_TOKEN", "api_key"),
 )
 
 
@@ -93,14 +95,11 @@ class RouteFacts:
         from the environment only)."""
         if variable == self.key_env:
             return "api_key"
-        for pattern, parameter in _PARAMETERS:
-            if pattern.search(variable):
-                if parameter is None and variable.startswith("AWS_"):
-                    return variable.lower()
-                if parameter is None:
-                    return "vertex_" + variable.removeprefix("VERTEXAI_").lower()
-                return parameter
-        return None
+        if variable.startswith("AWS_"):  # aws_access_key_id, aws_region_name, ...
+            return variable.lower()
+        if variable.startswith("VERTEXAI_"):  # vertex_project, vertex_location
+            return "vertex_" + variable.removeprefix("VERTEXAI_").lower()
+        return next((p for suffix, p in _SUFFIXES if variable.endswith(suffix)), None)
 
     @property
     def key_variables(self) -> tuple[str, ...]:
@@ -122,11 +121,13 @@ def route_facts(model: ModelConfig, api_base: str | None = None) -> RouteFacts:
     route = model.resolved_litellm_model()
     prefix = route.partition("/")[0]
     shortcut = prefix == provider and provider in PREFIXED_VARIABLES
-    variables = list(PREFIXED_VARIABLES[provider] if shortcut else _litellm_variables(route))
+    known = PREFIXED_VARIABLES[provider] if shortcut else _litellm_variables(route)
+    if known is None and provider != "unknown":  # a route litellm's check does not know
+        known = (f"{provider.upper().replace('-', '_')}_API_KEY",)
+    variables = list(known or ())
     if provider in AWS_ROUTES:
-        variables += [v for v in AWS_VARIABLES if v not in variables]
-    if not variables and provider not in ("unknown", "hosted_vllm"):
-        variables = [f"{provider.upper().replace('-', '_')}_API_KEY"]  # litellm names none
+        extra = AWS_VARIABLES + (BEDROCK_VARIABLES if provider == "bedrock" else ())
+        variables += [v for v in extra if v not in variables]
     facts = RouteFacts(provider=provider, variables=tuple(variables))
     if model.api_key_env is not None:
         kept = [v for v in variables if not facts.secret(v)]
@@ -161,10 +162,11 @@ class _NoEnvironment(types.ModuleType):
 
 
 @functools.cache
-def _litellm_variables(route: str) -> tuple[str, ...]:
-    """Every variable litellm's `validate_environment` wants for `route`, asked once per route
-    with its view of the environment empty (only litellm's `utils` module's, and only for the
-    call: the process's own environment is never touched)."""
+def _litellm_variables(route: str) -> tuple[str, ...] | None:
+    """Every variable litellm's `validate_environment` wants for `route` (none: a route that
+    needs none, such as a self-hosted vLLM's; None: a route its check does not know), asked
+    once per route with its view of the environment empty (only litellm's `utils` module's,
+    and only for the call: the process's own environment is never touched)."""
     import litellm
     import litellm.utils as litellm_utils
 
@@ -173,7 +175,8 @@ def _litellm_variables(route: str) -> tuple[str, ...]:
         try:
             check = litellm.validate_environment(model=route)
         except Exception:
-            return ()
+            return None
         finally:
             litellm_utils.os = os
-    return tuple(dict.fromkeys(check.get("missing_keys") or []))
+    missing = tuple(dict.fromkeys(check.get("missing_keys") or []))
+    return None if not missing and not check.get("keys_in_environment") else missing

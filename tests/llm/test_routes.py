@@ -79,13 +79,22 @@ def test_the_aws_variables_are_those_litellms_aws_routes_read() -> None:
 
     from litellm.llms.bedrock.base_aws_llm import BaseAWSLLM
 
-    from piserini_ray.llm.routes import AWS_VARIABLES, route_facts
+    from piserini_ray.llm.routes import AWS_VARIABLES, BEDROCK_VARIABLES, route_facts
 
     source = inspect.getsource(BaseAWSLLM.get_credentials)
     for name in AWS_VARIABLES:
         assert f'({name.lower()}, "{name}")' in source, name
+    endpoint = inspect.getsource(BaseAWSLLM.get_runtime_endpoint)
+    for name in BEDROCK_VARIABLES:
+        assert f'get_secret("{name}")' in endpoint and name.lower() in endpoint, name
     facts = route_facts(ModelConfig(name="m", litellm_model="bedrock/anthropic.claude-v2"))
-    assert facts.variables == AWS_VARIABLES
+    everything = AWS_VARIABLES + BEDROCK_VARIABLES
+    assert facts.variables == everything
     assert facts.key_variables == ()  # Bedrock's credentials go as their own parameters
-    assert [facts.parameter(v) for v in AWS_VARIABLES] == [v.lower() for v in AWS_VARIABLES]
-    assert [v for v in AWS_VARIABLES if not facts.secret(v)] == ["AWS_REGION_NAME"]
+    assert [facts.parameter(v) for v in everything] == [v.lower() for v in everything]
+    assert [v for v in everything if not facts.secret(v)] == [
+        "AWS_REGION_NAME",
+        "AWS_BEDROCK_RUNTIME_ENDPOINT",
+    ]
+    sagemaker = route_facts(ModelConfig(name="m", litellm_model="sagemaker/an-endpoint"))
+    assert sagemaker.variables == AWS_VARIABLES

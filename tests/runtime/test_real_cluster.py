@@ -8,8 +8,9 @@ host 1 with the key in its own environment only.
   endpoint is reached from host 2 through the replica's relay, and the key's value is in no
   file of the run, of either host's Ray, or of the logs.
 - The main job's own offline rehearsal completes every query on both hosts.
-- An Azure-routed model (endpoint, version and key in the driver's environment only) completes
-  every query on both hosts: host 2 gets all three from the driver.
+- An Azure-routed model (endpoint, version and key in the driver's environment only) and a
+  Bedrock-routed one (credentials, region and endpoint; every request's SigV4 checked) complete
+  every query on both hosts: host 2 gets every variable from the driver.
 - A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
 - No run's output says "blocking ray.get" (Ray's warning of a replica blocking its event loop).
 """
@@ -50,23 +51,31 @@ out = {}
 if mode.startswith("rehearsal"):
     config.write_text(common)
     out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
-elif mode == "azure":
-    # Azure's route: its endpoint, version and key in the driver's environment only, the front
-    # on host 1's address (host 2 reaches it over the network, not through a relay).
+elif mode in ("azure", "bedrock"):
+    # A route whose variables are not one API key: endpoint, version, credentials or region
+    # in the driver's environment only, the provider's front on host 1's address (host 2
+    # reaches it over the network, not through a relay).
     import os
     sys.path.insert(0, sys.argv[5])
-    from azure_front import AZURE, DEPLOYMENT, KEY as AZURE_KEY, VERSION, AzureFront
-    served = OfflineConfig(model_aliases={DEPLOYMENT: "offline/heuristic"})
     host1 = address.split(":")[0]
-    with OfflineProvider(served) as provider, AzureFront(provider.base_url, host1) as front:
-        os.environ.update(zip(AZURE, (front.base, VERSION, AZURE_KEY)))
+    if mode == "azure":
+        from azure_front import AZURE, DEPLOYMENT, KEY as SECRET, VERSION, AzureFront as Front
+        alias, model = DEPLOYMENT, f"{{name: {DEPLOYMENT}, litellm_model: azure/{DEPLOYMENT}}}"
+        def variables(base): return dict(zip(AZURE, (base, VERSION, SECRET)))
+        def signed(seen): return seen["api-key"] == SECRET
+    else:
+        from bedrock_front import ACCESS_KEY_ID, CREDENTIALS, MODEL_ID, BedrockFront as Front
+        alias, model = MODEL_ID, f"{{name: claude-haiku-4.5, litellm_model: 'bedrock/{MODEL_ID}'}}"
+        def variables(base): return {**CREDENTIALS, "AWS_BEDROCK_RUNTIME_ENDPOINT": base}
+        def signed(seen): return seen["key_id"] == ACCESS_KEY_ID  # and its signature checked
+    served = OfflineConfig(model_aliases={alias: "offline/heuristic"})
+    with OfflineProvider(served) as provider, Front(provider.base_url, host1) as front:
+        os.environ.update(variables(front.base))
         config.write_text(
-            common
-            + f"model: {{name: {DEPLOYMENT}, litellm_model: azure/{DEPLOYMENT}}}\n"
-            + "judge: {model: {name: offline/exact-match-judge}}\n"
+            common + f"model: {model}\n" + "judge: {model: {name: offline/exact-match-judge}}\n"
         )
         out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
-        out["keys_seen"] = sorted({s["api-key"] == AZURE_KEY for s in front.seen})
+        out["keys_seen"] = sorted({signed(s) for s in front.seen})
         out["requests"] = len(front.seen)
 else:
     served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
@@ -176,6 +185,24 @@ def test_an_azure_model_on_a_bare_host_gets_endpoint_version_and_key_from_the_dr
     assert seen["keys_seen"] == [True] and seen["requests"] >= 8  # every request had the key
     assert _files_holding(cluster.root, AZURE_KEY) == []
     assert AZURE_KEY not in err
+
+
+def test_a_bedrock_model_on_a_bare_host_signs_with_the_drivers_credentials(
+    cluster: TwoHosts,
+) -> None:
+    """Bedrock's route reads AWS credentials, a region and a runtime endpoint; host 2 has none
+    of them, and every query completes on both hosts, each request signed (SigV4, checked by
+    the front) with what the driver handed in memory."""
+    from bedrock_front import SECRET_ACCESS_KEY
+
+    seen, err = _drive(cluster, "bedrock")
+    assert seen["status"] == 0, err[-6000:]
+    assert seen["statuses"] == ["completed"] * 8, err[-6000:]
+    for host in (cluster.host1, cluster.host2):
+        assert f"checked claude-haiku-4.5 from node {host.address}: it answers" in err
+    assert seen["keys_seen"] == [True] and seen["requests"] >= 8
+    assert _files_holding(cluster.root, SECRET_ACCESS_KEY) == []
+    assert SECRET_ACCESS_KEY not in err
 
 
 def test_the_offline_rehearsal_runs_on_both_hosts(cluster: TwoHosts) -> None:
