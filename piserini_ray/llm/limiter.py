@@ -46,6 +46,7 @@ from piserini_ray.config import ModelConfig, RateLimitConfig, RunConfig
 from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.errors import ConfigError, RequestTooLarge
 from piserini_ray.llm.failures import CAPACITY, Failure, FailureKind
+from piserini_ray.llm.routes import route_facts
 
 if TYPE_CHECKING:
     from piserini_ray.llm.client import Limiter
@@ -280,14 +281,18 @@ def new_ticket() -> str:
 
 
 def quota_key(model: ModelConfig, offline: OfflineConfig) -> str:
-    """Who counts a model's quota: the account (the key variable's name, else the endpoint,
-    else the provider's default key) and the model. Two runs, or a run and its judge, that
-    share a key share its quota, so they share one limiter."""
+    """Who counts a model's quota: the account (the variables that hold its credentials,
+    `routes.route_facts`: `model.api_key_env` or the route's own, such as `OPENAI_API_KEY`;
+    else its endpoint) and the model. Two runs, or a run and its judge, that share a key share
+    its quota, so they share one limiter, whether a config names the route's own variable in
+    `api_key_env` or leaves it to the route."""
     if offline.serves(model):  # the loopback provider of these settings
         digest = hashlib.sha256(offline.model_dump_json().encode()).hexdigest()[:12]
         account = f"offline-{digest}"
     else:
-        account = model.api_key_env or model.api_base or "default-key"
+        facts = route_facts(model)
+        secrets = "+".join(v for v in facts.variables if facts.secret(v))
+        account = secrets or model.api_base or "default-key"
     return f"{account}|{model.resolved_litellm_model()}"
 
 

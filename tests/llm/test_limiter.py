@@ -261,6 +261,9 @@ def test_conflicting_quotas_for_one_key_are_a_config_error() -> None:
 
     a = run(100)
     check_quotas([a, run(100, **{"agent.budget_seconds": 60})])  # agreeing runs share one
-    with pytest.raises(ConfigError, match=r"share a quota \(default-key\|gpt-5\) but set"):
+    with pytest.raises(ConfigError, match=r"share a quota \(OPENAI_API_KEY\|gpt-5\) but set"):
         check_quotas([a, run(50, **{"agent.budget_seconds": 60})])
     check_quotas([a, run(50, **{"model.api_key_env": "OTHER_KEY"})])  # another key, own quota
+    # The route's own variable named in api_key_env is the same key: the same quota.
+    with pytest.raises(ConfigError, match=r"share a quota \(OPENAI_API_KEY\|gpt-5\) but set"):
+        check_quotas([a, run(50, **{"model.api_key_env": "OPENAI_API_KEY"})])
