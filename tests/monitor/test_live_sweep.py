@@ -102,7 +102,8 @@ def _rows(browser: Browser) -> dict[str, dict[str, str]]:
 
 
 def _polls(browser: Browser) -> int:
-    return int(browser.evaluate("document.body.dataset.polls || '0'"))
+    # Before the page has loaded there is no body yet: no look either.
+    return int(browser.evaluate("(document.body && document.body.dataset.polls) || '0'"))
 
 
 def test_a_sweep_watched_live_and_one_run_stopped(
