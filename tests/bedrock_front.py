@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-import urllib.request
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from loopback_front import LoopbackFront, Reply
 
 MODEL_ID = "anthropic.claude-haiku-4-5-20251001-v1:0"
 ACCESS_KEY_ID = "AKIAPISERINITEST0001"
@@ -165,56 +163,20 @@ def _to_converse(chat: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class BedrockFront:
-    """The front, on `host` (a free port); `seen` holds each request's path and access key id."""
+class BedrockFront(LoopbackFront):
+    """The front; `seen` holds each request's path and access key id."""
 
-    def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
-        self.seen: list[dict[str, str]] = []
-        front = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                credential = headers.get("authorization", "").partition("Credential=")[2]
-                front.seen.append({"path": self.path, "key_id": credential.split("/")[0]})
-                try:
-                    _check_signature("POST", f"http://{headers['host']}{self.path}", headers, body)
-                    if unquote(self.path) != f"/model/{MODEL_ID}/converse":
-                        raise Refused(
-                            400, "ValidationException", "The provided model identifier is invalid."
-                        )
-                    chat = _to_chat(json.loads(body))
-                except Refused as refused:
-                    return self._send(refused.status, {"message": refused.message}, refused.kind)
-                request = urllib.request.Request(
-                    f"{upstream}/chat/completions", data=json.dumps(chat).encode(),
-                    headers={"Content-Type": "application/json"},
-                )  # fmt: skip
-                with urllib.request.urlopen(request, timeout=60) as answer:
-                    self._send(200, _to_converse(json.loads(answer.read())))
-
-            def _send(self, status: int, payload: dict[str, Any], kind: str | None = None) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                if kind is not None:
-                    self.send_header("x-amzn-ErrorType", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.base = f"http://{host}:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> BedrockFront:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        credential = headers.get("authorization", "").partition("Credential=")[2]
+        self.seen.append({"path": path, "key_id": credential.split("/")[0]})
+        try:
+            _check_signature("POST", f"http://{headers['host']}{path}", headers, body)
+            if unquote(path) != f"/model/{MODEL_ID}/converse":
+                raise Refused(
+                    400, "ValidationException", "The provided model identifier is invalid."
+                )
+            chat = _to_chat(json.loads(body))
+        except Refused as refused:
+            return refused.status, {"message": refused.message}, {"x-amzn-ErrorType": refused.kind}
+        status, answer = self.forward("chat/completions", json.dumps(chat).encode())
+        return status, _to_converse(json.loads(answer)), {}
