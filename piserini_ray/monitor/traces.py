@@ -40,7 +40,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.secrets import scrubber
 from piserini_ray.metrics.cost import Price
-from piserini_ray.records import Judgement, QueryRecord, Turn
+from piserini_ray.records import Judgement, QueryRecord, Turn, Usage
 
 Log = Callable[[str], None]
 AGENT_NAME = "piserini"
@@ -118,6 +118,16 @@ def _attributes(values: dict[str, Any], scrub: Callable[[str], str]) -> dict[str
             value = [scrub(str(v)) for v in value]
         out[key] = value
     return out
+
+
+def _usage_attributes(usage: Usage) -> dict[str, int]:
+    """The GenAI conventions' token counts of a query or a call."""
+    return {
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+    }
 
 
 class TraceExporter:
@@ -198,6 +208,24 @@ class TraceExporter:
 
     # ------------------------------------------------------------------ spans
 
+    def _span(
+        self,
+        name: str,
+        kind: SpanKind,
+        start: float,
+        attributes: dict[str, Any],
+        scrub: Callable[[str], str],
+        context: Any = None,
+    ) -> Any:
+        """A span begun at `start` (seconds since the epoch) with its attributes scrubbed."""
+        return self.tracer.start_span(
+            name,
+            context=context,
+            kind=kind,
+            start_time=_ns(start),
+            attributes=_attributes(attributes, scrub),
+        )
+
     def _send(self, record: QueryRecord, verdict: Judgement | None) -> None:
         scrub = scrubber()  # the secrets read once for the query's thousand attributes
         started = _iso_seconds(record.started_at)
@@ -210,34 +238,29 @@ class TraceExporter:
                 if verdict.status != "judged"
                 else ("correct" if verdict.correct else "wrong")
             )
-        root = self.tracer.start_span(
+        root = self._span(
             f"invoke_agent {AGENT_NAME}",
-            kind=SpanKind.INTERNAL,
-            start_time=_ns(started),
-            attributes=_attributes(
-                {
-                    "gen_ai.operation.name": "invoke_agent",
-                    "gen_ai.agent.name": AGENT_NAME,
-                    "gen_ai.provider.name": self.provider,
-                    "gen_ai.request.model": self.model,
-                    "gen_ai.conversation.id": f"{self.run}/{record.query_id}",
-                    "gen_ai.usage.input_tokens": usage.input_tokens,
-                    "gen_ai.usage.output_tokens": usage.output_tokens,
-                    "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
-                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
-                    "piserini.run": self.run,
-                    "piserini.query_id": record.query_id,
-                    "piserini.status": record.status,
-                    "piserini.termination": record.termination,
-                    "piserini.verdict": judged or "not judged",
-                    "piserini.judge_model": self.judge if verdict is not None else None,
-                    "piserini.cost_usd": None if self.price is None else self.price.cost(usage),
-                    "piserini.turns": len(record.trajectory),
-                    "piserini.exact_answer_given": record.exact_answer is not None,
-                    "error.type": "query_failed" if record.status == "failed" else None,
-                },
-                scrub,
-            ),
+            SpanKind.INTERNAL,
+            started,
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model,
+                "gen_ai.conversation.id": f"{self.run}/{record.query_id}",
+                **_usage_attributes(usage),
+                "piserini.run": self.run,
+                "piserini.query_id": record.query_id,
+                "piserini.status": record.status,
+                "piserini.termination": record.termination,
+                "piserini.verdict": judged or "not judged",
+                "piserini.judge_model": self.judge if verdict is not None else None,
+                "piserini.cost_usd": None if self.price is None else self.price.cost(usage),
+                "piserini.turns": len(record.trajectory),
+                "piserini.exact_answer_given": record.exact_answer is not None,
+                "error.type": "query_failed" if record.status == "failed" else None,
+            },
+            scrub,
         )
         if record.status == "failed":
             root.set_status(Status(StatusCode.ERROR, scrub(record.error or "failed")[:500]))
@@ -263,55 +286,48 @@ class TraceExporter:
         )
         ended = began + turn.waited_seconds + turn.model_seconds
         usage = turn.usage
-        chat = self.tracer.start_span(
+        chat = self._span(
             f"chat {self.model}",
-            context=context,
-            kind=SpanKind.CLIENT,
-            start_time=_ns(began),
-            attributes=_attributes(
-                {
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": self.provider,
-                    "gen_ai.request.model": self.model,
-                    "gen_ai.usage.input_tokens": usage.input_tokens,
-                    "gen_ai.usage.output_tokens": usage.output_tokens,
-                    "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
-                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
-                    "gen_ai.response.finish_reasons": [turn.finish_reason]
-                    if turn.finish_reason
-                    else None,
-                    "piserini.turn": turn.index,
-                    "piserini.attempts": turn.attempts,
-                    "piserini.retries": turn.retries or None,
-                    "piserini.waited_seconds": turn.waited_seconds,
-                    "piserini.usage_estimated": turn.usage_estimated,
-                    "piserini.steered": turn.steered,
-                },
-                scrub,
-            ),
+            SpanKind.CLIENT,
+            began,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model,
+                **_usage_attributes(usage),
+                "gen_ai.response.finish_reasons": [turn.finish_reason]
+                if turn.finish_reason
+                else None,
+                "piserini.turn": turn.index,
+                "piserini.attempts": turn.attempts,
+                "piserini.retries": turn.retries or None,
+                "piserini.waited_seconds": turn.waited_seconds,
+                "piserini.usage_estimated": turn.usage_estimated,
+                "piserini.steered": turn.steered,
+            },
+            scrub,
+            context,
         )
         if turn.model_output is None and not turn.tool_calls and turn.usage_estimated:
             chat.set_status(Status(StatusCode.ERROR, "the call was cut or failed after sending"))
         chat.end(end_time=_ns(ended))
         for call in turn.tool_calls:
             start = call.started_at if call.started_at is not None else ended
-            tool = self.tracer.start_span(
+            tool = self._span(
                 f"execute_tool {call.name}",
-                context=context,
-                kind=SpanKind.INTERNAL,
-                start_time=_ns(start),
-                attributes=_attributes(
-                    {
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": call.name,
-                        "gen_ai.tool.type": "function",
-                        "gen_ai.tool.call.id": call.id,
-                        "piserini.docids": call.docids or None,
-                        "piserini.spill_file": call.spill_file,
-                        "piserini.turn": turn.index,
-                    },
-                    scrub,
-                ),
+                SpanKind.INTERNAL,
+                start,
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.type": "function",
+                    "gen_ai.tool.call.id": call.id,
+                    "piserini.docids": call.docids or None,
+                    "piserini.spill_file": call.spill_file,
+                    "piserini.turn": turn.index,
+                },
+                scrub,
+                context,
             )
             if not call.ok:
                 tool.set_status(Status(StatusCode.ERROR, scrub(call.error or "tool error")[:500]))

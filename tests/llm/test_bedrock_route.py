@@ -31,23 +31,11 @@ from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.routes import route_facts
 from piserini_ray.llm.secrets import driver_keys, scrub
 from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.tools.schemas import tool_schemas
 
 MODEL = ModelConfig(name="claude-haiku-4.5", litellm_model=f"bedrock/{MODEL_ID}")
 ENDPOINT = "AWS_BEDROCK_RUNTIME_ENDPOINT"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Search the corpus.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        },
-    }
-]
+TOOLS = tool_schemas()  # the agent's own three tools
 
 
 @pytest.fixture
