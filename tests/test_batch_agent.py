@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from conftest import finishes
 
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
@@ -205,7 +206,9 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
         finally:
             driver.wait(30)
         assert not _rows(run_dir / "records.jsonl")
-        assert _run("resume", str(run_dir)) == 0
+        # A resume that waits forever fails here, with its stack, not at CI's time limit (seen
+        # once in six full runs, under load: the resumed loop idle, no batch polled; open).
+        assert finishes(lambda: _run("resume", str(run_dir)), 300) == 0
         sent = _batched_ids(provider)
     assert len(sent) == len(set(sent))  # no turn in two batches: the first one was polled
     records = _rows(run_dir / "records.jsonl")
