@@ -207,7 +207,8 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
             driver.wait(30)
         assert not _rows(run_dir / "records.jsonl")
         # A resume that waits forever fails here, with its stack, not at CI's time limit (seen
-        # once in six full runs, under load: the resumed loop idle, no batch polled; open).
+        # once in six full runs, under load: a turn retried after a failed read of its batch
+        # waited on a poll that had ended; tests/llm/test_batcher.py).
         assert finishes(lambda: _run("resume", str(run_dir)), 300) == 0
         sent = _batched_ids(provider)
     assert len(sent) == len(set(sent))  # no turn in two batches: the first one was polled

@@ -125,7 +125,10 @@ class TurnBatcher:
             self._round = asyncio.ensure_future(self._send_round())
 
     def _poll(self, batch_id: str) -> None:
-        if batch_id not in self._polls:
+        # A poll that ended without reading the batch (`_collect`'s failure) leaves it open:
+        # a turn retried with the same body polls it again, or it would wait forever.
+        task = self._polls.get(batch_id)
+        if task is None or task.done():
             self._polls[batch_id] = asyncio.ensure_future(self._collect(batch_id))
 
     async def _collect(self, batch_id: str) -> None:
