@@ -5,6 +5,8 @@ The public API (everything in `__all__`; the rest of the package is internal):
 - `load_config(path=None)`: a validated `RunConfig` (None: the embedded default);
 - `run(config, run_dir=None, engine="ray")`: run (or resume) an evaluation, judge it and write
   its reports; returns the run directory;
+- `run_sweep(path)`: run (or resume) every run of a sweep file together, then the combined
+  report; `stop_when_decided` in the file stops each run once its comparison is decided;
 - `judge(run_dirs)`: judge what is not judged yet, then report; returns a `Report`;
 - `report(run_dirs, out=None)`: report runs side by side from their verdicts; a `Report`;
 - the types a user reads back: `RunConfig`, `QueryRecord` (a line of `records.jsonl`),
@@ -37,7 +39,7 @@ _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # checkers treat any constant of this name the same way (and check that these imports resolve).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from piserini_ray.api import judge, load_config, report, run
+    from piserini_ray.api import judge, load_config, report, run, run_sweep
     from piserini_ray.config import RunConfig
     from piserini_ray.engine_contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "load_config": "piserini_ray.api",
     "run": "piserini_ray.api",
+    "run_sweep": "piserini_ray.api",
     "judge": "piserini_ray.api",
     "report": "piserini_ray.api",
     "RunConfig": "piserini_ray.config",
@@ -82,6 +85,7 @@ __all__ = [
     "load_config",
     "report",
     "run",
+    "run_sweep",
 ]
 
 

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Literal
 
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.config import load_config as _load_config
+from piserini_ray.errors import ConfigError
 
 if TYPE_CHECKING:
     from piserini_ray.engine_contract import Log, RunSummary
     from piserini_ray.pipeline import Report
 
-__all__ = ["judge", "load_config", "report", "run"]
+__all__ = ["judge", "load_config", "report", "run", "run_sweep"]
 
 
 def _stderr(message: str) -> None:
@@ -121,6 +122,82 @@ def run(
     if on_report is not None:
         on_report(result)
     return directory
+
+
+def run_sweep(
+    path: str | Path,
+    runs_root: str | Path | None = None,
+    engine: Literal["ray", "local"] = "ray",
+    *,
+    concurrency: int = 4,
+    epochs: int | None = None,
+    extend: bool = False,
+    log: Log | None = None,
+    on_summary: Callable[[RunSummary], None] | None = None,
+) -> tuple[Report, int]:
+    """Run (or resume) every run of a sweep file together, judge them and write each run's
+    reports and the combined one (with the paired comparison against the sweep's `reference`):
+    what `piserini-ray sweep` does.
+
+    With `stop_when_decided` in the sweep file, the runs take their queries in one shared
+    seeded order and each stops once its comparison with the reference is decided by an
+    anytime-valid test (`decision.json` in its directory says where and why).
+
+    Args:
+        path: the sweep file (`configs/sweep_offline.yaml`).
+        runs_root: where the sweep's folder goes (default: each run's `runtime.runs_root`).
+        engine: `"ray"` (default) or `"local"` (this process, `concurrency` queries at once
+            per run).
+        concurrency: queries at once per run with the local engine.
+        epochs: run each query this many times (`run.epochs`).
+        extend: decided runs go on past their decision, in the same order, to the end.
+        log: where progress lines go (default: standard error).
+        on_summary: called with each run's `RunSummary` once its queries ran.
+
+    Returns:
+        The `Report` (each run's metrics, the combined report's files) and the exit status
+        the command line exits with (the worst of the runs').
+
+    Raises:
+        ConfigError: the sweep file is invalid (a reference that matches no run, an alpha
+            outside (0, 0.5], runs that do not share a query set); nothing was run.
+
+    Example:
+        ```python
+        from piserini_ray import run_sweep
+
+        report, status = run_sweep("configs/sweep_offline.yaml", engine="local")
+        print(report.paired)
+        ```
+    """
+    from piserini_ray import pipeline
+    from piserini_ray.sweep import expand_sweep, load_sweep, reference_run
+
+    file = Path(path)
+    runs = expand_sweep(file, Path(runs_root) if runs_root is not None else None)
+    if epochs is not None:
+        more = {"epochs": epochs}
+        runs = [(c.model_copy(update={"run": c.run.model_copy(update=more)}), d) for c, d in runs]
+    reference = reference_run(file, runs)  # a bad reference stops before any work
+    settings = load_sweep(file).stop_when_decided
+    decide = None
+    if settings is not None and reference is not None:
+        decide = pipeline.Decide(settings, reference.absolute(), extend)
+    elif extend:
+        raise ConfigError(
+            f"sweep file {file}: --extend goes on past the decisions of `stop_when_decided`, "
+            "which this sweep does not have"
+        )
+    say = log or _stderr
+    say(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
+    return pipeline.run_and_report(
+        list(runs),
+        pipeline.make_engine(engine, concurrency, release_ray=True),
+        say,
+        on_summary or (lambda _summary: None),
+        reference,
+        decide=decide,
+    )
 
 
 def _paths(run_dirs: str | Path | Sequence[str | Path]) -> list[Path]:

@@ -24,6 +24,7 @@ from piserini_ray.monitor.board import STOP_REASON, STOPPED, StatusBoard
 from piserini_ray.monitor.status import State
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord
+from piserini_ray.stopping import DecisionWatch
 from piserini_ray.store import RunStore
 
 #: Where an engine and the pipeline say what they do (one line each, to the user).
@@ -55,6 +56,8 @@ class PreparedRun:
     #: The run's live status (`status.json`), told of each record and verdict by the store;
     #: it also carries a stop request (`piserini-ray stop`).
     board: StatusBoard | None = None
+    #: The sweep's decisions (`stop_when_decided`): a decided run starts no new query.
+    decisions: DecisionWatch | None = None
 
     @property
     def wanted(self) -> set[str]:
@@ -62,10 +65,18 @@ class PreparedRun:
 
     def may_start(self, running: int) -> bool:
         """Whether another query may start with `running` of this run in flight (the cost
-        cap, a run halted by a refusal and one past its failure rate start none)."""
+        cap, a run halted by a refusal, one past its failure rate and one whose comparison is
+        decided start none)."""
         return (
-            self.failure_stop is None and not self.stop_requested and self.guard.may_start(running)
+            self.failure_stop is None
+            and not self.stop_requested
+            and self.decided() is None
+            and self.guard.may_start(running)
         )
+
+    def decided(self) -> str | None:
+        """Why the run starts no new query under `stop_when_decided`, if it does not."""
+        return None if self.decisions is None else self.decisions.halted(self.run_dir)
 
     @property
     def stop_requested(self) -> bool:
@@ -82,6 +93,8 @@ class PreparedRun:
         """The engine's gauges for the run's live status (None: unchanged)."""
         if self.board is not None:
             self.board.live(running, waiting, replicas)
+            if self.decided():
+                self.board.decided(str(self.decided()))
 
     def close_status(self, interrupted: bool = False) -> None:
         """The execution ended (`interrupted`: by Ctrl-C or an error): the status's last word
@@ -92,7 +105,7 @@ class PreparedRun:
         if interrupted:
             state = "interrupted"
         elif self.stop_reason() and self.board.incomplete:
-            state = "stopped"
+            state = "decided" if self.stop_reason() == self.decided() else "stopped"
         elif self.judge_as_they_come:
             state = "judging"
         self.board.close(state, self.stop_reason())
@@ -120,6 +133,7 @@ class PreparedRun:
             self.failure_stop
             or self.guard.stop_reason()
             or (STOP_REASON if self.stop_requested else None)
+            or self.decided()
         )
 
     def _apply_failure_policy(self) -> None:
@@ -137,6 +151,17 @@ class PreparedRun:
         """The provider refused the run itself (a wrong key, a model it does not serve): every
         query would fail alike, so none more starts and no record is written for it."""
         self.guard.halt(reason)
+
+
+def in_turn(runs: list[PreparedRun]) -> list[tuple[PreparedRun, Query]]:
+    """The order in which an engine starts the runs' queries: run after run, or, for runs
+    compared as they go (`stop_when_decided`), side by side along their shared order, so that
+    each has answered about the same queries at every moment."""
+    queue = [(run, query) for run in runs for query in run.todo]
+    watch = next((run.decisions for run in runs if run.decisions is not None), None)
+    if watch is not None:
+        queue.sort(key=lambda item: watch.position(item[1].query_id))  # stable: run order ties
+    return queue
 
 
 def _cause(error: str | None) -> str:

@@ -9,14 +9,15 @@ resumes without losing or repeating one.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.endpoints import ModelEndpoints
-from piserini_ray.engine_contract import Log, PreparedRun
+from piserini_ray.engine_contract import Log, PreparedRun, in_turn
 from piserini_ray.errors import ProviderRefused
-from piserini_ray.judge import judge_records
+from piserini_ray.judge import judge_one, judge_records
 from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import batches_for
 from piserini_ray.llm.client import LLMClient
@@ -67,62 +68,97 @@ def turn_batcher(run: PreparedRun, client: LLMClient, log: Log) -> TurnBatcher:
     )
 
 
-async def _run_all(
-    run: PreparedRun, searcher: SearchBackend, client: LLMClient, concurrency: int
-) -> None:
-    config, store = run.config, run.store
-    schemas = tool_schemas(config.tools)
-    gate = asyncio.Semaphore(concurrency)
-    progress = Progress(len(run.todo))
-    running = 0
-    stop = asyncio.Event()  # set once the run is stopped: its queries in flight end
+@dataclass
+class _Plan:
+    """One run's part in this process: its searcher, its agent client, how many of its
+    queries run at once, and its judge's client when it judges each answer as it comes."""
+
+    run: PreparedRun
+    searcher: SearchBackend
+    client: LLMClient
+    at_once: int
+    judge: LLMClient | None = None
+
+
+async def _run_all(plans: list[_Plan]) -> None:
+    """The plans' queries, each run `at_once` at a time: run after run, or side by side in
+    their shared order when they are compared as they go (`engine_contract.in_turn`)."""
+    runs = [plan.run for plan in plans]
+    by_run = {id(plan.run): plan for plan in plans}
+    progress = Progress(sum(len(run.todo) for run in runs))
+    gates = {id(plan.run): asyncio.Semaphore(plan.at_once) for plan in plans}
+    running = {id(run): 0 for run in runs}
+    stops = {id(run): asyncio.Event() for run in runs}  # set once a run is stopped
+    verdicts: set[asyncio.Task[None]] = set()
 
     async def watch_stop() -> None:
-        while not run.stop_requested:
+        while not all(stops[id(run)].is_set() for run in runs):
+            for run in runs:
+                if run.stop_requested:
+                    stops[id(run)].set()
             await asyncio.sleep(STOP_POLL_SECONDS)
-        stop.set()
 
-    def show() -> None:
-        progress.running = running
-        run.show_live(running=running)
+    def show(run: PreparedRun) -> None:
+        progress.running = sum(running.values())
+        run.show_live(running=running[id(run)])
 
-    async def one(query: Query) -> None:
-        nonlocal running
-        async with gate:
-            if not run.may_start(running):
+    async def one(run: PreparedRun, query: Query) -> None:
+        plan = by_run[id(run)]
+        config, store = run.config, run.store
+        async with gates[id(run)]:
+            if not run.may_start(running[id(run)]):
                 return
-            running += 1
-            show()
-            session = ToolSession(searcher, config.tools)  # the store writes its spill files
+            running[id(run)] += 1
+            show(run)
+            session = ToolSession(plan.searcher, config.tools)  # the store writes its spills
             try:
                 record = await run_query(
                     query,
                     session,
-                    client,
+                    plan.client,
                     config.agent,
-                    schemas,
+                    tool_schemas(config.tools),
                     run_id=store.run_id,
                     config_hash=store.config_hash,
-                    stop=stop,
+                    stop=stops[id(run)],
                 )
             except ProviderRefused as refused:  # every query would fail alike: none more
                 run.refused(str(refused))
                 return
             finally:
-                running -= 1
-                show()
+                running[id(run)] -= 1
+                show(run)
             run.complete(record, progress)
             progress.show()
+        if plan.judge is not None:  # off the run's gate: the next query starts meanwhile
+            task = asyncio.ensure_future(_judge_now(plan, plan.judge, query, record))
+            verdicts.add(task)
+            task.add_done_callback(verdicts.discard)
 
-    run.show_live(replicas={"local": 1})
+    for run in runs:
+        run.show_live(replicas={"local": 1})
     watcher = asyncio.ensure_future(watch_stop())
     try:
-        await asyncio.gather(*(one(q) for q in run.todo))
+        await asyncio.gather(*(one(run, query) for run, query in in_turn(runs)))
+        await asyncio.gather(*verdicts)
     finally:
         watcher.cancel()
-        if isinstance(client.batcher, TurnBatcher):
-            await client.batcher.close()
+        for plan in plans:
+            if isinstance(plan.client.batcher, TurnBatcher):
+                await plan.client.batcher.close()
     progress.close()
+
+
+async def _judge_now(plan: _Plan, judge: LLMClient, query: Query, record: QueryRecord) -> None:
+    """Judge one answer as it comes (what fails here, the judging after the run does)."""
+    config = plan.run.config
+    try:
+        verdict = await judge_one(
+            judge, query, record, config.judge.max_parse_retries, config.judge.template
+        )
+    except Exception:  # the judging after the run judges it and says why
+        return
+    plan.run.store.append_judgement(verdict)
 
 
 class LocalEngine:
@@ -138,21 +174,26 @@ class LocalEngine:
         pass  # nothing to bring up: the searcher opens in `run`
 
     def run(self, runs: list[PreparedRun], log: Log) -> None:
-        for run in runs:
-            if not run.todo:
-                continue
-            searcher = open_backend(run.index, run.config.retrieval)
-            client = local_client(
-                run.config.model, run.config, self.endpoints, run.config.run.request_seed()
-            )
-            at_once = self.concurrency
-            if run.config.model.service_tier == "batch":
-                # Every turn waits for its batch: the more queries in a round, the fewer rounds.
-                client.batcher = turn_batcher(run, client, log)
-                at_once = run.config.runtime.batch.queries_at_once
-            asyncio.run(_run_all(run, searcher, client, at_once))
-            if run.stop_reason():
-                log(f"stopped: {run.stop_reason()}")
+        plans = [self._plan(run, log) for run in runs if run.todo]
+        together = any(plan.run.decisions is not None for plan in plans)
+        for batch in [plans] if together else [[plan] for plan in plans]:
+            asyncio.run(_run_all(batch))
+        for plan in plans:
+            if plan.run.stop_reason():
+                log(f"{plan.run.run_dir} stopped: {plan.run.stop_reason()}")
+
+    def _plan(self, run: PreparedRun, log: Log) -> _Plan:
+        config = run.config
+        client = local_client(config.model, config, self.endpoints, config.run.request_seed())
+        at_once = self.concurrency
+        if config.model.service_tier == "batch":
+            # Every turn waits for its batch: the more queries in a round, the fewer rounds.
+            client.batcher = turn_batcher(run, client, log)
+            at_once = config.runtime.batch.queries_at_once
+        judge = None
+        if run.decisions is not None and config.judge_model().service_tier != "batch":
+            judge = local_client(config.judge_model(), config, self.endpoints)
+        return _Plan(run, open_backend(run.index, config.retrieval), client, at_once, judge)
 
     def judge(
         self,

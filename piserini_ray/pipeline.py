@@ -36,12 +36,13 @@ from piserini_ray.config import ModelConfig, RetrievalConfig, RunConfig
 from piserini_ray.data import Benchmark, Query, load_benchmark
 from piserini_ray.data.benchmark import Qrels
 from piserini_ray.engine_contract import Engine, Log, PreparedRun, RunSummary
-from piserini_ray.errors import DataError
+from piserini_ray.errors import ConfigError, DataError
 from piserini_ray.metrics.cost import CostGuard, PricingTable, pricing_for
 from piserini_ray.monitor.board import STOPPED, StatusBoard, final_status
 from piserini_ray.monitor.otlp import traces_endpoint
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
+from piserini_ray.stopping import DecisionWatch, StopWhenDecided
 from piserini_ray.store import RunStore, manifest_config, write_report_file
 
 if TYPE_CHECKING:
@@ -90,16 +91,20 @@ def execute(
     only: set[str] | None = None,
     retry_failed: bool = False,
     judged_next: bool = False,
+    decide: Decide | None = None,
 ) -> list[RunSummary]:
     """preflight -> engine start -> prepare -> engine run -> a summary per run (the judging and
     reports are `finish`). The engine stays open (the caller closes it: it judges next).
     `only`: run just these queries of the slice now (a pilot: `estimate`); the rest stay to
     do. `retry_failed`: run every failed query again (`prepare`). `judged_next`: the caller
     judges the runs next, so an engine may judge each answer as it comes
-    (`PreparedRun.judge_as_they_come`)."""
+    (`PreparedRun.judge_as_they_come`). `decide`: stop each run once its comparison with the
+    reference is decided (a sweep's `stop_when_decided`)."""
     # A config mistake stops before the engine starts; then its workers come up while the data
     # is checked.
     priced = preflight_runs([config for config, _ in runs])
+    if decide is not None:
+        check_comparable(runs, decide)
     engine.start([config for config, _ in runs], log)
     with contextlib.ExitStack() as stack:
         prepared = prepare(
@@ -113,6 +118,7 @@ def execute(
         )
         for run in prepared:
             run.judge_as_they_come = judged_next
+        watch = _watch_decisions(prepared, decide, log) if decide is not None else None
         try:
             engine.run(prepared, log)
         except BaseException:
@@ -121,6 +127,8 @@ def execute(
             raise
         for run in prepared:
             run.close_status()
+            if watch is not None:
+                watch.write(run.run_dir)
         return [
             summarize(
                 [r for r in run.store.iter_records(trajectory=False) if r.query_id in run.wanted],
@@ -135,6 +143,78 @@ def execute(
             )
             for run in prepared
         ]
+
+
+@dataclass(frozen=True)
+class Decide:
+    """A sweep's `stop_when_decided`, with its reference run's directory; `extend`: the
+    decided runs go on past their decision, in the same order (`sweep --extend`)."""
+
+    settings: StopWhenDecided
+    reference: Path
+    extend: bool = False
+
+
+def check_comparable(runs: Sequence[tuple[RunConfig, Path | None]], decide: Decide) -> None:
+    """Before any work: the runs can be compared query by query as they go (one query set,
+    one epoch, one judge that judges as the answers come), and the reference is one of them."""
+    where = "stop_when_decided"
+    dirs = [Path(d or default_run_dir(c)).absolute() for c, d in runs]
+    if decide.reference.absolute() not in dirs:
+        raise ConfigError(f"{where}: the reference {decide.reference} is not a run of the sweep")
+    sets: dict[frozenset[str], list[str]] = {}
+    for (config, _), run_dir in zip(runs, dirs, strict=True):
+        judge = config.judge_model()
+        if config.judge.models:
+            raise ConfigError(
+                f"{where}: {run_dir.name} is judged by a panel (judge.models); the paired test "
+                "reads one judge's verdicts: give the runs one judge (judge.model)"
+            )
+        if judge.service_tier == "batch":
+            raise ConfigError(
+                f"{where}: {run_dir.name}'s judge {judge.name} is at the batch tier, which "
+                "judges after the run; the test needs each verdict as the answer comes: set "
+                "the judge's service_tier to standard (the agent may stay at the batch tier)"
+            )
+        if config.run.epochs > 1:
+            raise ConfigError(
+                f"{where}: {run_dir.name} has {config.run.epochs} epochs; the paired test "
+                "compares one answer per query: set run.epochs to 1"
+            )
+        benchmark = load_benchmark(config.benchmark)
+        ids = frozenset(q.query_id for q in benchmark.select(**config.slice.model_dump()))
+        sets.setdefault(ids, []).append(run_dir.name)
+    if len(sets) > 1:
+        sizes = "; ".join(f"{len(ids)} queries: {', '.join(names)}" for ids, names in sets.items())
+        raise ConfigError(
+            f"{where}: the runs do not share a query set ({sizes}), so they cannot be compared "
+            "query by query: give every run the same benchmark and slice"
+        )
+
+
+def _watch_decisions(prepared: list[PreparedRun], decide: Decide, log: Log) -> DecisionWatch:
+    """The sweep's `DecisionWatch`, told of what each run holds already and of every record
+    and verdict to come; each run's todo list in the shared order, judged as it comes."""
+    watch = DecisionWatch(
+        decide.settings,
+        decide.reference.absolute(),
+        [run.run_dir for run in prepared],
+        [q.query_id for q in prepared[0].queries],
+        {str(run.run_dir): run.config.judge_model().name for run in prepared},
+        log,
+        extend=decide.extend,
+    )
+    for run in prepared:
+        judge = run.config.judge_model().name
+        records = [r for r in run.store.iter_records(trajectory=False) if r.query_id in run.wanted]
+        watch.load(run.run_dir, records, run.store.judgements(judge))
+        run.store.listeners.append(watch.listener(run.run_dir))
+        run.todo.sort(key=lambda q: watch.position(q.query_id))
+        run.judge_as_they_come = True
+        run.decisions = watch
+        if run.decided():
+            log(f"run {run.run_dir}: {run.decided()}")
+    return watch
 
 
 @contextlib.contextmanager
@@ -658,14 +738,21 @@ def run_and_report(
     on_summary: Callable[[RunSummary], None],
     reference: Path | None = None,
     retry_failed: bool = False,
+    decide: Decide | None = None,
 ) -> tuple[Report, int]:
     """The main job: execute the runs, hand each summary to `on_summary` (before judging,
     which takes a while), judge them on the same engine and report. Returns the report and the
-    job's exit status (the worst of its runs': `RunSummary.exit_status`)."""
+    job's exit status (the worst of its runs': `RunSummary.exit_status`). `decide`: stop each
+    run once its comparison with the reference is decided."""
     named = [(config, (run_dir or default_run_dir(config)).absolute()) for config, run_dir in runs]
     with _closing(engine):
         summaries = execute(
-            with_epochs(named), engine, log, retry_failed=retry_failed, judged_next=True
+            with_epochs(named),
+            engine,
+            log,
+            retry_failed=retry_failed,
+            judged_next=True,
+            decide=decide,
         )
         for summary in summaries:
             on_summary(summary)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from piserini_ray.config import RunConfig, load_config, read_yaml
 from piserini_ray.errors import ConfigError, describe_validation_error
+from piserini_ray.stopping import StopWhenDecided
 
 
 class SweepConfig(BaseModel):
@@ -33,6 +34,9 @@ class SweepConfig(BaseModel):
     #: `{model.name: offline/heuristic, agent.budget_seconds: 300}`: the combined report then
     #: holds a paired comparison (`piserini-ray compare`) of every run against it.
     reference: dict[str, Any] | None = None
+    #: Stop each run once its comparison with the reference is decided (`stopping.py`):
+    #: `{alpha: 0.05, metric: accuracy, min_queries: 0, seed: 0, reference: ...}`.
+    stop_when_decided: StopWhenDecided | None = None
 
     @model_validator(mode="after")
     def _one_kind_and_a_known_reference(self) -> SweepConfig:
@@ -42,12 +46,35 @@ class SweepConfig(BaseModel):
         for variant in self.runs():
             for field, value in variant.items():
                 values.setdefault(field, []).append(value)
-        for field, value in (self.reference or {}).items():
+        stop = self.stop_when_decided
+        if stop is not None:
+            if stop.reference is None and self.reference is None:
+                raise ValueError(
+                    "stop_when_decided compares every run with a reference run, and the sweep "
+                    "names none: give `reference: {<swept field>: <value>, ...}`"
+                )
+            if stop.reference is not None and self.reference not in (None, stop.reference):
+                raise ValueError(
+                    f"stop_when_decided.reference {stop.reference} is not the sweep's "
+                    f"reference {self.reference}: give one of them"
+                )
+            if len(self.runs()) < 2:
+                raise ValueError(
+                    "stop_when_decided needs at least two runs: a reference and another"
+                )
+        for field, value in (self.comparison_reference or {}).items():
             if field not in values:
                 raise ValueError(f"reference.{field} is not a swept field ({', '.join(values)})")
             if value not in values[field]:
                 raise ValueError(f"reference.{field}: {value!r} is not among {values[field]}")
         return self
+
+    @property
+    def comparison_reference(self) -> dict[str, Any] | None:
+        """The reference run's values: the sweep's, or `stop_when_decided`'s."""
+        if self.stop_when_decided is not None and self.stop_when_decided.reference is not None:
+            return dict(self.stop_when_decided.reference)
+        return self.reference
 
     def runs(self) -> list[dict[str, Any]]:
         """Each run's own values: the grid's product, or the variants as listed."""
@@ -75,9 +102,9 @@ def reference_run(path: Path, runs: list[tuple[RunConfig, Path]]) -> Path | None
     """The run directory of the sweep's `reference` (None when it names none): the run whose
     own swept values include every value the reference gives."""
     sweep = load_sweep(path)
-    if not sweep.reference:
+    reference = sweep.comparison_reference
+    if not reference:
         return None
-    reference = sweep.reference
     matching = [
         run_dir
         for values, (_, run_dir) in zip(sweep.runs(), runs, strict=True)

@@ -113,7 +113,14 @@ def _run_commands(sub: Any, add: _Add) -> None:
         "config", type=Path, help="a sweep file (see configs/sweep_models_timeouts.yaml)"
     )
     p.add_argument("--runs-root", type=Path, help="default: runtime.runs_root")
+    p.add_argument(
+        "--extend",
+        action="store_true",
+        help="with stop_when_decided: the decided runs go on past their decision, in the same "
+        "order, to the end of the slice",
+    )
     epochs_argument(p)
+    engine_arguments(p)
     p.set_defaults(func=runs.cmd_sweep)
 
 

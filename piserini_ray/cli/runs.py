@@ -60,17 +60,6 @@ def _run(
     return max(statuses, default=0)
 
 
-def _sweep(runs: list[tuple[RunConfig, Path | None]], reference: Path | None) -> int:
-    """Every run of a sweep on one Ray engine, each summary printed, then the report with
-    the paired comparison against `reference`; the worst exit status of the runs."""
-    from piserini_ray import pipeline
-
-    engine = pipeline.make_engine("ray", release_ray=True)
-    report, status = pipeline.run_and_report(runs, engine, log, print_summary, reference)
-    print_report(report)
-    return status
-
-
 def cmd_judge(args: argparse.Namespace) -> int:
     """Judge a run's answers not judged yet, then write its report. `--judge MODEL` adds that
     judge's verdicts beside the run's own judge's; the report shows their agreement."""
@@ -120,13 +109,20 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Every run of a sweep, concurrently on one Ray cluster; resumes as a whole."""
-    from piserini_ray.sweep import expand_sweep, reference_run
-
-    runs = [(with_epochs(c, args.epochs), d) for c, d in expand_sweep(args.config, args.runs_root)]
-    reference = reference_run(args.config, runs)  # a bad reference stops before any work
-    log(f"sweep of {len(runs)} runs: " + ", ".join(str(d) for _, d in runs))
-    return _sweep(list(runs), reference)
+    """Every run of a sweep, concurrently on one engine, then the combined report; resumes
+    as a whole (`api.run_sweep`)."""
+    report, status = api.run_sweep(
+        args.config,
+        args.runs_root,
+        args.engine,
+        concurrency=args.concurrency,
+        epochs=args.epochs,
+        extend=args.extend,
+        log=log,
+        on_summary=print_summary,
+    )
+    print_report(report)
+    return status
 
 
 def print_summary(summary: RunSummary) -> None:

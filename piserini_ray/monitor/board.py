@@ -112,6 +112,7 @@ class StatusBoard:
                     bool(judgement.correct) if judgement.status == "judged" else None
                 )
         self.stop_requested = False
+        self._decided = False
         if self._stop_path.exists():  # left by an earlier execution: this one is a resume
             self._stop_path.unlink()
             log(f"{store.run_dir}: a stop request of an earlier execution was cleared")
@@ -201,6 +202,12 @@ class StatusBoard:
             now = (self.status.running, self.status.waiting_on_limiter, self.status.replicas)
             self._dirty = self._dirty or now != before
 
+    def decided(self, reason: str) -> None:
+        """The run's comparison is decided (`stop_when_decided`): it starts no new query."""
+        with self._lock:
+            if not self._decided:
+                self._decided, self.status.stopped, self._dirty = True, reason, True
+
     # --------------------------------------------------------------- writing
 
     def _snapshot(self) -> RunStatus:
@@ -210,12 +217,14 @@ class StatusBoard:
         left = max(0, status.queries - len(self._recorded))
         live = status.state == "running" and not self.stop_requested
         eta = left / per_minute * 60 if per_minute and live else (0.0 if not left else None)
-        # A stopped run whose last query in flight ended is stopped, while a sweep's other
-        # runs go on in the same driver.
-        stopped = status.state == "running" and self.stop_requested and not status.running
+        # A stopped (or decided) run whose last query in flight ended is stopped, while a
+        # sweep's other runs go on in the same driver.
+        state = status.state
+        if state == "running" and not status.running:
+            state = "stopped" if self.stop_requested else "decided" if self._decided else state
         return status.model_copy(
             update={
-                "state": "stopped" if stopped else status.state,
+                "state": state,
                 "updated_at": now_iso(),
                 "tokens": self._usage.model_dump(),
                 "cost_usd": None if status.cost_usd is None else round(status.cost_usd, 6),
@@ -325,7 +334,7 @@ def final_status(
     board = StatusBoard(store, config, price, wanted, 0, log, every=1.0, state=state)
     if before is not None:
         previous = before.status
-        if board.incomplete and previous.state in ("stopped", "interrupted"):
+        if board.incomplete and previous.state in ("stopped", "decided", "interrupted"):
             state = previous.state
         kept = ("started_at", "todo_at_start", "ran_now", "replicas", "stopped", "every_seconds")
         for name in (*kept, "queries_per_minute"):

@@ -17,6 +17,7 @@ th:first-child, td:first-child { text-align: left; word-break: break-all; min-wi
 .bar span { display: block; height: 100%; background: #3a7; }
 .state-stale, .state-interrupted { color: #b30; font-weight: bold; }
 .state-stopped { color: #a60; }
+.state-decided { color: #26a; }
 .state-running, .state-judging { color: #272; }
 #message { color: #a60; }
 pre { white-space: pre-wrap; background: #f6f6f6; padding: .4em; }

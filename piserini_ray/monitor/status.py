@@ -27,8 +27,9 @@ STOP_FILE = "stop.request"
 
 #: `running`: queries are being run; `judging`: the queries are done and the rest of the
 #: answers are being judged; `finished`: reported; `stopped`: a stop request (or the cost cap,
-#: or the failure policy) ended it before its slice was done; `interrupted`: Ctrl-C or an error.
-State = Literal["running", "judging", "finished", "stopped", "interrupted"]
+#: or the failure policy) ended it before its slice was done; `decided`: its comparison with the
+#: sweep's reference was decided (`stop_when_decided`); `interrupted`: Ctrl-C or an error.
+State = Literal["running", "judging", "finished", "stopped", "decided", "interrupted"]
 #: The states in which a driver is expected to rewrite the file.
 LIVE_STATES: tuple[State, ...] = ("running", "judging")
 #: A live status older than this many of its own intervals (and at least `STALE_FLOOR`

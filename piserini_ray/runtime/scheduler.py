@@ -39,7 +39,7 @@ from ray.exceptions import (
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
-from piserini_ray.engine_contract import PreparedRun
+from piserini_ray.engine_contract import PreparedRun, in_turn
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
 from piserini_ray.llm.limiter import quota_key
 from piserini_ray.llm.secrets import driver_keys, scrub
@@ -439,7 +439,7 @@ class Dispatcher:
         self.replicas = replicas
         self.driver_node = ray.get_runtime_context().get_node_id()
         self.log = log
-        self.queue: deque[tuple[PreparedRun, Query]] = deque((r, q) for r in runs for q in r.todo)
+        self.queue: deque[tuple[PreparedRun, Query]] = deque(in_turn(runs))
         self.in_flight: dict[Any, _InFlight] = {}
         self.attempts: dict[tuple[str, str], int] = {}
         self.progress = Progress(len(self.queue))
