@@ -46,6 +46,7 @@ from piserini_ray.stopping import DecisionWatch, StopWhenDecided
 from piserini_ray.store import RunStore, manifest_config, write_report_file
 
 if TYPE_CHECKING:
+    from piserini_ray.report.decided import DecisionFigures
     from piserini_ray.report.epochs import EpochsReport
     from piserini_ray.report.facts import QueryFacts
     from piserini_ray.report.paired import PairedComparison, RunFacts
@@ -603,10 +604,23 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
             "judge_agreement": agreement,
             "panel": panel,
             "judge_calibration": judge_calibration(primary.name, agreement, panel),
+            "decision": _decision(metrics, run_dir, len(wanted), len(facts)),
         }
     )
     write_run_reports(metrics, Path(run_dir), viewer=True)
     return metrics
+
+
+def _decision(
+    metrics: RunMetrics, run_dir: Path, in_slice: int, run: int
+) -> DecisionFigures | None:
+    """The run's part in a `stop_when_decided` sweep, if it had one."""
+    from piserini_ray.report.decided import decision_figures
+
+    accuracy = metrics.accuracy_judged or metrics.accuracy
+    n = accuracy.queries
+    correct = round((accuracy.value or 0.0) * n)
+    return decision_figures(Path(run_dir), in_slice, run, (correct, n), metrics.cost_usd)
 
 
 def _verdicts(
@@ -804,7 +818,10 @@ def run_figures(run_dir: Path, log: Log) -> tuple[RunMetrics, RunFacts]:
 
     config, judgements, facts = _read_run(run_dir, log)
     pricing = pricing_for(config)
-    return aggregate(config, Path(facts.run_dir), facts.facts, judgements, pricing), facts
+    metrics = aggregate(config, Path(facts.run_dir), facts.facts, judgements, pricing)
+    in_slice = len(load_benchmark(config.benchmark).select(**config.slice.model_dump()))
+    decision = _decision(metrics, Path(facts.run_dir), in_slice, len(facts.facts))
+    return metrics.model_copy(update={"decision": decision}), facts
 
 
 def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement], RunFacts]:

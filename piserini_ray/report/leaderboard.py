@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from piserini_ray.metrics.paired import holm
 from piserini_ray.metrics.power import ALPHA
+from piserini_ray.report.decided import decision_text
 from piserini_ray.report.paired import RunFacts, compare_runs
 from piserini_ray.report.run_metrics import Estimate, RunMetrics
 from piserini_ray.store.report_files import write_report_file
@@ -90,6 +91,8 @@ def leaderboard(runs: Sequence[tuple[RunMetrics, RunFacts]], seed: int = 0) -> L
             )
         if facts.judge != top.judge:
             notes.append(f"judged by {facts.judge}, the top row by {top.judge}")
+        if m.decision is not None and m.decision.role == "compared":
+            notes.append(decision_text(m.decision))
         rows.append(
             _row(rank, m).model_copy(
                 update={

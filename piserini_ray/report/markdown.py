@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from piserini_ray.metrics.cost import cost_text
 from piserini_ray.report.agreement import agreement_markdown
 from piserini_ray.report.budget import budget_markdown
+from piserini_ray.report.decided import decision_text, decisions_markdown
 from piserini_ray.report.imported import imported_lines
 from piserini_ray.report.panel import panel_markdown
 from piserini_ray.report.run_metrics import Estimate, RunMetrics
@@ -129,6 +130,9 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in PAPER_ROWS]
     if len({m.backend for m in runs}) > 1:
         lines += ["", *backends_markdown(runs)]
+    decided = [(m.run_dir, m.decision) for m in runs if m.decision is not None]
+    if len(runs) > 1 and decided:
+        lines += ["", *decisions_markdown(decided)]
     for m in runs:
         lines += [
             "",
@@ -172,7 +176,10 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
                 if m.calibration_queries_browsecomp_plus < 200
                 else ""
             )
-            + f". {_judge_calibration(m)}",
+            + f". {_judge_calibration(m)}"
+            + (
+                "" if m.decision is None else f"\n\nStop when decided: {decision_text(m.decision)}."
+            ),
             "",
             "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
             "|---|---|---|---|---|",

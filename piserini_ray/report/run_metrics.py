@@ -28,6 +28,7 @@ from piserini_ray.metrics.recall import (
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
 from piserini_ray.report.agreement import JudgeAgreement
 from piserini_ray.report.budget import BudgetAnalysis, budget_analysis
+from piserini_ray.report.decided import DecisionFigures
 from piserini_ray.report.facts import QueryFacts, facts_for
 from piserini_ray.report.imported import ImportedRun, read_imported
 from piserini_ray.report.panel import PanelSummary
@@ -161,6 +162,9 @@ class RunMetrics(BaseModel):
     depth: int = 1000  # `retrieval.depth`: hits per search
     retrieval: str = ""  # the retriever in words
     budget: BudgetAnalysis | None = None  # how queries used the time budget
+    #: Its part in a `stop_when_decided` sweep: where its comparison was decided, what that
+    #: saved, its accuracy's confidence sequence (`report/decided.py`).
+    decision: DecisionFigures | None = None
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)
     #: A judge panel's figures (`judge.models`): the run's verdicts are its majority.
