@@ -323,3 +323,47 @@ def _a_worse_run_stops_early(
     again_decision = read_decision(worse)
     assert again_decision is not None and again_decision.extended
     assert again_decision.decided_at == decision.decided_at
+
+
+@pytest.mark.parametrize(
+    ("differs", "message"),
+    [
+        ({"slice.sample": 5}, "the runs do not share a query set (6 queries: "),
+        (
+            {"judge.model": {"name": "gpt-5.3-codex", "service_tier": "batch"}},
+            "at the batch tier, which judges after the run",
+        ),
+        (
+            {"judge.models": [{"name": JUDGE}, {"name": "offline/lenient-judge"}]},
+            "is judged by a panel",
+        ),
+        ({"run.epochs": 2}, "has 2 epochs"),
+    ],
+)
+def test_runs_that_cannot_be_compared_as_they_go_stop_before_any_work(
+    tmp_path: Path, index_root: Path, differs: dict, message: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the batch-tier judge's key is checked first
+    sweep = {
+        "name": "s",
+        "set": {"retrieval.index_root": str(index_root), "slice.sample": 6},
+        "variants": [
+            {"model.name": "offline/heuristic"},
+            {"model.name": "offline/long-horizon", **differs},
+        ],
+        "reference": {"model.name": "offline/heuristic"},
+        "stop_when_decided": {},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    with pytest.raises(ConfigError, match="stop_when_decided: ") as error:
+        run_sweep(path, tmp_path / "runs", "local", log=lambda _m: None)
+    assert message in str(error.value)
+    assert not (tmp_path / "runs").exists()  # nothing was made, nothing was run
+
+
+def test_extend_without_stop_when_decided_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP)
+    with pytest.raises(ConfigError, match="--extend goes on past the decisions"):
+        run_sweep(path, tmp_path / "runs", "local", extend=True)

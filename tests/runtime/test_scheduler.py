@@ -443,3 +443,64 @@ def test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier
     assert sum(1 for r in batched if r.batch_id == first) == 4  # every query's first turn
     ledger = (tmp_path / "batch" / "agent_batches.jsonl").read_bytes().splitlines()
     assert any(b'"closed"' in line for line in ledger)
+
+
+@pytest.mark.slow
+def test_stop_when_decided_on_ray_with_the_worse_run_at_the_batch_tier(
+    sample, sample_index, index_root, tmp_path, monkeypatch
+) -> None:
+    """On Ray, the queries of a `stop_when_decided` sweep go out side by side in the shared
+    order; the worse run's turns travel in batches (its answers, so the test's looks, come a
+    batch at a time); it stops on a prefix of the order, and the reference, needed by no run
+    any more, stops after it."""
+    from oracle_provider import OracleProvider
+
+    from piserini_ray.api import run_sweep
+    from piserini_ray.stopping import read_decision, shared_order
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-oracle")
+    with OracleProvider(sample.queries) as oracle:
+        sweep = {
+            "name": "decide",
+            "set": {"retrieval.index_root": str(index_root), "slice.sample": 40},
+            "variants": [
+                {"model.name": "gpt-5.4-mini", "model.api_base": oracle.base_url},
+                {
+                    "model.name": "gpt-5.4",
+                    "model.service_tier": "batch",
+                    "agent.termination": "iterations",
+                    "agent.max_iterations": 40,
+                    "offline.model_aliases": {"gpt-5.4": "offline/heuristic"},
+                    "offline.batch.completion_seconds": 1,
+                    "runtime.batch.gather_seconds": 1,
+                    "runtime.batch.poll_seconds": 0.5,
+                },
+            ],
+            "reference": {"model.name": "gpt-5.4-mini"},
+            "stop_when_decided": {"alpha": 0.05},
+        }
+        path = tmp_path / "sweep.yaml"
+        path.write_text(yaml.safe_dump(sweep))
+        logs: list[str] = []
+        report, status = run_sweep(path, tmp_path / "runs", "ray", log=logs.append)
+    assert status == 0
+    reference, batched = (Path(m.run_dir) for m in report.metrics)
+    decision = read_decision(batched)
+    assert decision is not None and decision.direction == "worse"
+    assert decision.decided_at is not None
+    order = shared_order([q.query_id for q in _slice(sample, 40)], 0)
+    for run in (batched, reference):
+        ran = _ids(run)
+        assert decision.decided_at <= len(ran) < 40
+        assert set(ran) == set(order[: len(ran)])  # a prefix: the queue kept the order
+        assert orjson.loads((run / "status.json").read_bytes())["state"] == "decided"
+    assert (batched / "agent_batches.jsonl").exists()  # its turns went out in batches
+    referenced = read_decision(reference)
+    assert referenced is not None and referenced.compared == {str(batched): True}
+    assert any("every run compared with it is decided" in m for m in logs)
+
+
+def _slice(sample, n: int):
+    from piserini_ray.config import SliceConfig
+
+    return sample.select(**SliceConfig(sample=n).model_dump())
