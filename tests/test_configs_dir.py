@@ -76,6 +76,18 @@ def test_the_paper_models_have_their_routes_keys_and_prices(
     assert one.model.litellm_model == "anthropic/claude-haiku-4-5"
 
 
+def test_the_decided_sweep_compares_every_model_with_gpt5(tmp_path: Path) -> None:
+    from piserini_ray.sweep import expand_sweep, load_sweep, reference_run
+
+    sweep = CONFIGS / "sweep_decided.yaml"
+    settings = load_sweep(sweep).stop_when_decided
+    assert settings is not None and settings.alpha == 0.05 and settings.metric == "accuracy"
+    runs = expand_sweep(sweep, tmp_path)
+    reference = reference_run(sweep, runs)
+    assert reference is not None and "gpt-5.yaml" in reference.name
+    assert len({config.slice.model_dump_json() for config, _ in runs}) == 1  # comparable
+
+
 def test_the_batch_configs_are_valid_and_priced_at_the_batch_tier(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

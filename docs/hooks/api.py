@@ -37,6 +37,7 @@ RECORD_FILES = (
     ("manifest.json", "piserini_ray.records", "RunManifest", "the run's config and versions"),
     ("summary.json", "piserini_ray.report.run_metrics", "RunMetrics", "the run's figures"),
     ("epochs.json", "piserini_ray.report.epochs", "EpochsReport", "a run with several epochs"),
+    ("decision.json", "piserini_ray.stopping", "Decision", "a run of a `stop_when_decided` sweep"),
 )
 
 SECTIONS = ("Args", "Returns", "Raises", "Example")
