@@ -90,6 +90,7 @@ async def _run_all(plans: list[_Plan]) -> None:
     running = {id(run): 0 for run in runs}
     stops = {id(run): asyncio.Event() for run in runs}  # set once a run is stopped
     verdicts: set[asyncio.Task[None]] = set()
+    judging = {id(run): asyncio.Semaphore(run.config.judge.concurrency) for run in runs}
 
     async def watch_stop() -> None:
         while not all(stops[id(run)].is_set() for run in runs):
@@ -131,7 +132,8 @@ async def _run_all(plans: list[_Plan]) -> None:
             run.complete(record, progress)
             progress.show()
         if plan.judge is not None:  # off the run's gate: the next query starts meanwhile
-            task = asyncio.ensure_future(_judge_now(plan, plan.judge, query, record))
+            verdict = _judge_now(plan, plan.judge, judging[id(run)], query, record)
+            task = asyncio.ensure_future(verdict)
             verdicts.add(task)
             task.add_done_callback(verdicts.discard)
 
@@ -149,14 +151,18 @@ async def _run_all(plans: list[_Plan]) -> None:
     progress.close()
 
 
-async def _judge_now(plan: _Plan, judge: LLMClient, query: Query, record: QueryRecord) -> None:
-    """Judge one answer as it comes (what fails here, the judging after the run does)."""
+async def _judge_now(
+    plan: _Plan, judge: LLMClient, gate: asyncio.Semaphore, query: Query, record: QueryRecord
+) -> None:
+    """Judge one answer as it comes, `judge.concurrency` at once (what fails here, the
+    judging after the run does, and says why)."""
     config = plan.run.config
     try:
-        verdict = await judge_one(
-            judge, query, record, config.judge.max_parse_retries, config.judge.template
-        )
-    except Exception:  # the judging after the run judges it and says why
+        async with gate:
+            verdict = await judge_one(
+                judge, query, record, config.judge.max_parse_retries, config.judge.template
+            )
+    except Exception:
         return
     plan.run.store.append_judgement(verdict)
 

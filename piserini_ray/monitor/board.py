@@ -215,7 +215,7 @@ class StatusBoard:
         verdicts = [v for v in self._verdicts.values() if v is not None]
         per_minute = self._pace() if status.state == "running" else status.queries_per_minute
         left = max(0, status.queries - len(self._recorded))
-        live = status.state == "running" and not self.stop_requested
+        live = status.state == "running" and not self.stop_requested and not self._decided
         eta = left / per_minute * 60 if per_minute and live else (0.0 if not left else None)
         # A stopped (or decided) run whose last query in flight ended is stopped, while a
         # sweep's other runs go on in the same driver.
