@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 from conftest import finishes
+from helpers import wait_for
 
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
@@ -197,11 +197,12 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
         )  # fmt: skip
         ledger = run_dir / "agent_batches.jsonl"
         try:
-            deadline = time.monotonic() + 300  # liveness only: the ledger line is the event
-            while not (ledger.exists() and ledger.read_bytes().strip()):
+
+            def sent() -> bool:
                 assert driver.poll() is None, driver.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
-                assert time.monotonic() < deadline, "the driver never sent its first batch"
-                time.sleep(0.05)
+                return ledger.exists() and bool(ledger.read_bytes().strip())
+
+            wait_for("the driver's first batch in the ledger", sent, 300)
             os.kill(driver.pid, signal.SIGKILL)
         finally:
             driver.wait(30)

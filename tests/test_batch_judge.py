@@ -11,11 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
@@ -150,11 +150,12 @@ def test_a_driver_killed_while_its_batch_is_in_flight_resumes_polling_that_batch
         )  # fmt: skip
         ledger = run_dir / "batches.jsonl"
         try:
-            deadline = time.monotonic() + 300  # liveness only: the batch line is the event
-            while not (ledger.exists() and ledger.read_bytes().strip()):
+
+            def created() -> bool:
                 assert driver.poll() is None, driver.stderr.read().decode()[-3000:]
-                assert time.monotonic() < deadline, "the driver never created its batch"
-                time.sleep(0.05)
+                return ledger.exists() and bool(ledger.read_bytes().strip())
+
+            wait_for("the driver's batch line", created, 300)
             os.kill(driver.pid, signal.SIGKILL)
         finally:
             driver.wait(30)

@@ -226,3 +226,22 @@ def test_the_readme_is_short_and_gives_the_two_commands() -> None:
     for needed in ("make run", "make test", "make test-fast", "## A first real run",
                    "## A cluster in five lines", "## Where to go next"):  # fmt: skip
         assert needed in text, f"README.md does not say {needed!r}"
+
+
+def test_the_architecture_page_lists_the_layers_of_the_contract_and_every_module() -> None:
+    """docs/architecture.md's layer list is the `layers` contract of pyproject.toml, layer for
+    layer and separator for separator, and every module and package of `piserini_ray` is in
+    one layer (a module in none would escape the contract)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in contracts["contracts"] if c["type"] == "layers")["layers"]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    listed = re.findall(r"^\d+\. (`.*)$", page.split("## Layer rules", 1)[1], re.M)
+    assert [line.replace("`", "") for line in listed] == layers
+    in_layers = {name.strip() for layer in layers for name in re.split(r"[:|]", layer)}
+    package = ROOT / "piserini_ray"
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"} | {
+        p.parent.name for p in package.glob("*/__init__.py")
+    }
+    assert modules <= in_layers, f"in no layer: {sorted(modules - in_layers)}"

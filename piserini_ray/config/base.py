@@ -5,7 +5,7 @@ A run's identity (its config hash, which names its directory and guards its resu
 allow-list: a field counts only if its model lists it in `IDENTITY`. Every field is listed in
 exactly one of `IDENTITY` and `NOT_IDENTITY`, checked when the class is defined, so a new field
 cannot join or leave a run's identity without that decision being written down (and
-`tests/test_config.py` pins the whole list).
+`tests/config/test_config.py` pins the whole list).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ credentials, headers, a proxy, a client or a callback would send that key (or th
 somewhere the config's reader does not see. Those names are refused (`route_setting`); they are
 litellm's `completion()` parameters and `kwargs` that decide where and how a request is sent or
 authenticated (litellm 1.106: its signature, the `kwargs` it reads, its callback parameters
-`StandardCallbackDynamicParams` and its workload-identity parameters; `tests/test_config.py`
+`StandardCallbackDynamicParams` and its workload-identity parameters; `tests/config/test_config.py`
 checks that each of litellm's is refused, so a new one shows up there).
 """
 

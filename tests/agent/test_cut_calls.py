@@ -6,7 +6,6 @@ counts it. The offline provider over real HTTP, litellm unpatched."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import litellm
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.agent.prompt import SYSTEM_PROMPT, question_message
@@ -204,10 +204,8 @@ def test_a_call_refused_at_the_door_is_not_estimated(searcher, provider, sample)
 
 def _wait_until_idle(provider: OfflineProvider) -> None:
     """Until the provider has handled every request (a cut one ends when its client leaves)."""
-    deadline = time.monotonic() + 30  # liveness only: the client left before the run ended
-    while provider.in_flight and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert provider.in_flight == 0, "the cut request's handler was never cancelled"
+    # The client left before the run ended: the handler of the cut request is cancelled.
+    wait_for("the cut request's handler cancelled", lambda: provider.in_flight == 0, 30)
 
 
 def _first_prompt(sample: Benchmark, model: str) -> int:

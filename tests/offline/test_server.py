@@ -10,13 +10,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from helpers import wait_for
 
 import piserini_ray
 from piserini_ray.offline import (
@@ -428,10 +428,7 @@ def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> No
         post(provider, chat_body(), timeout=0.3)
     assert post(provider, chat_body()).status_code == 200
     # The client went away, so the server cancels the hung handler (liveness, not speed).
-    deadline = time.monotonic() + 20
-    while provider.in_flight and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert provider.in_flight == 0
+    wait_for("the hung handler cancelled", lambda: provider.in_flight == 0, 20)
     hung = next(r for r in provider.requests if r.fault == "hang")
     assert hung.status is None
     # The request was admitted, so its prompt is billed (as uncached input, nothing else).
@@ -470,10 +467,7 @@ def test_shutdown_does_not_wait_for_hung_requests() -> None:
 
     thread = threading.Thread(target=client)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not provider.in_flight and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert provider.in_flight == 1
+    wait_for("the request in flight", lambda: provider.in_flight == 1, 20)
     port = provider.port
     provider.stop()
     thread.join(20)

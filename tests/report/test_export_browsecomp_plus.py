@@ -2,7 +2,7 @@
 each figure as their evaluate_run.py (b90a68c) does: here the calibration error over enough
 answers, against their own `calculate_calibration_error` on the same pairs (recorded by
 `tests/fixtures/peers/regenerate.py`). The other figures are checked against their evaluator
-reading our export in `tests/test_import_peers.py`."""
+reading our export in `tests/importers/test_import_peers.py`."""
 
 from __future__ import annotations
 

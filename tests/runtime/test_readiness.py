@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import ray
 from conftest import finishes
+from helpers import wait_for
 
 from piserini_ray.config import DenseConfig, load_config
 from piserini_ray.pipeline import run_on_ray
@@ -106,9 +107,8 @@ def test_a_slow_start_says_what_it_waits_for(tmp_path: Path, monkeypatch) -> Non
 def test_more_index_encoders_than_cpus_start_as_many_as_fit() -> None:
     # 3 encoder actors of 1 CPU on this 2-CPU Ray: the third would wait forever, and the
     # whole build (which waits for every actor) with it.
-    deadline = time.monotonic() + 60  # (an earlier test's replica gives its CPU back)
-    while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # An earlier test's replica gives its CPU back.
+    wait_for("both CPUs free", lambda: ray.available_resources().get("CPU") == 2, 60)
     logs: list[str] = []
     encode = ray_shard_encoder(DenseConfig(build_actors=3), logs.append)
     shards = [(0, ["the okapi"]), (1, ["a giraffe"]), (2, ["a zebra"])]

@@ -5,8 +5,6 @@ Multi-node and crash tests live in test_faults.py: they need Ray instances of th
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -79,35 +77,26 @@ def _alive_replicas() -> int:
     return sum(1 for a in alive if a["ActorClassName"] == "SearchWorker")
 
 
-def _eventually(condition: Callable[[], bool], seconds: float = 120) -> bool:
-    """Wait until `condition()` holds (True) or `seconds` pass (False)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_replicas_come_up_while_prepare_checks_the_data(
     sample_index, index_root, tmp_path, monkeypatch
 ) -> None:
     import piserini_ray.pipeline as pipeline
 
-    assert _eventually(lambda: _alive_replicas() == 0)  # (earlier tests' replicas are gone)
+    wait_for("no replica alive", lambda: _alive_replicas() == 0, 120)  # earlier tests' gone
     real_prepare = pipeline.prepare
     up_during_prepare: list[bool] = []
 
     def prepare(*args, **kwargs):
         # The engine started the replica before the data check: it comes up meanwhile.
-        up_during_prepare.append(_eventually(lambda: _alive_replicas() == 1))
+        wait_for("one replica up", lambda: _alive_replicas() == 1, 120)
+        up_during_prepare.append(True)
         return real_prepare(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "prepare", prepare)
     config = _config(index_root, **{"slice.sample": 2, "slice.seed": 3})
     (summary,) = run_on_ray([(config, tmp_path / "run")], lambda _m: None)
     assert up_during_prepare == [True] and summary.ran_now == 2
-    assert _eventually(lambda: _alive_replicas() == 0)  # and it ends with the run
+    wait_for("no replica alive", lambda: _alive_replicas() == 0, 120)  # and it ends with the run
 
 
 def test_a_data_error_after_the_early_start_leaves_no_replica_behind(tmp_path) -> None:
@@ -127,11 +116,11 @@ def test_a_data_error_after_the_early_start_leaves_no_replica_behind(tmp_path) -
     )
     config = load_config(path)
     ensure_index(load_benchmark(config.benchmark).corpus, config.retrieval)  # so it starts early
-    assert _eventually(lambda: _alive_replicas() == 0)
+    wait_for("no replica alive", lambda: _alive_replicas() == 0, 120)
     with pytest.raises(DataError, match="none of the 1 query ids of these evidence qrels"):
         run_on_ray([(config, tmp_path / "run")], lambda _m: None)
     assert not (tmp_path / "run").exists()
-    assert _eventually(lambda: _alive_replicas() == 0)
+    wait_for("no replica alive", lambda: _alive_replicas() == 0, 120)
 
 
 def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tmp_path) -> None:
@@ -225,7 +214,7 @@ def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
     k1s, bs = [0.9, 4.0, 25.0], [0.4, 0.7, 1.0]
     # 3 workers of 1 CPU on this 2-CPU Ray: the third would never start, and the cells given
     # to it would never finish; 2 run.
-    assert _eventually(lambda: ray.available_resources().get("CPU") == 2)
+    wait_for("both CPUs free", lambda: ray.available_resources().get("CPU") == 2, 120)
     cells, _ = finishes(lambda: tune_on_ray(config, k1s, bs, tmp_path, 3, logs.append))
     assert any(
         m.startswith("3 grid workers of CPU 1 each do not fit what this Ray has free (CPU 2")
@@ -245,7 +234,7 @@ def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
     assert red.sum() > 10  # the best cell's red star is drawn
     # The killed workers hand their CPUs back a moment later: the resumed grid waits for them
     # as the first did, then its first line says what it found.
-    assert _eventually(lambda: ray.available_resources().get("CPU") == 2)
+    wait_for("both CPUs free", lambda: ray.available_resources().get("CPU") == 2, 120)
     resumed: list[str] = []
     again, _ = tune_on_ray(config, k1s, [*bs, 0.0], tmp_path, 1, resumed.append)
     assert "12 cells, 9 done before, 3 to run" in resumed[0] and len(again) == 12

@@ -17,7 +17,7 @@ from piserini_ray.data import load_benchmark
 from piserini_ray.metrics.cost import load_pricing
 from piserini_ray.records import Usage
 
-PEERS = Path(__file__).parent / "fixtures" / "peers"
+PEERS = Path(__file__).parents[1] / "fixtures" / "peers"
 BCP = PEERS / "browsecomp-plus"
 PI = PEERS / "pi-serini"
 
@@ -42,7 +42,7 @@ def config(tmp_path: Path) -> Path:
     q-10), judged by the offline exact-match judge; a pricing table that also knows the dated
     Anthropic name their client writes."""
     pricing = tmp_path / "pricing.yaml"
-    table = (Path(__file__).parents[1] / "configs" / "pricing.yaml").read_text()
+    table = (Path(__file__).parents[2] / "configs" / "pricing.yaml").read_text()
     pricing.write_text(
         table + "  claude-haiku-4-5-20251001: {input: 1.00, output: 5, cache_read: 0.10, "
         "cache_write: 1.25}\n"

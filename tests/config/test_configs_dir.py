@@ -8,14 +8,14 @@ import yaml
 
 from piserini_ray.config import RunConfig, load_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 #: The head of `configs/default.yaml`; the rest is `RunConfig()` dumped, every field.
 DEFAULT_HEADER = """\
 # Every default of a run config, written out: generated from the built-in defaults (RunConfig())
-# by tests/test_configs_dir.py, which fails when they differ (UPDATE_GOLDEN=1 pytest
-# tests/test_configs_dir.py writes it again). Each key is described in the configuration
+# by tests/config/test_configs_dir.py, which fails when they differ (UPDATE_GOLDEN=1 pytest
+# tests/config/test_configs_dir.py writes it again). Each key is described in the configuration
 # reference (docs/reference/configuration.md). `piserini-ray run --config configs/default.yaml`
 # is the same as `piserini-ray run`; copy the sections you change into a config of your own.
 """
@@ -32,7 +32,7 @@ def test_default_yaml_writes_out_every_built_in_default() -> None:
         path.write_text(default_yaml())
     assert path.read_text() == default_yaml(), (
         f"{path} is not the built-in defaults written out: run "
-        "UPDATE_GOLDEN=1 pytest tests/test_configs_dir.py and review the difference"
+        "UPDATE_GOLDEN=1 pytest tests/config/test_configs_dir.py and review the difference"
     )
     assert load_config(path) == RunConfig()
     written = yaml.safe_load(path.read_text())

@@ -427,7 +427,7 @@ _WRITES = re.compile(r"\.write_(?:text|bytes)\(|\bopen\([^)]*[\"'][wax]b?\+?[\"'
 def test_every_report_file_is_written_by_the_store() -> None:
     """No module writes a report file (or any file into a run directory) by itself: reports,
     exports, the CLI and the pipeline go through `store/report_files.py`."""
-    package = Path(__file__).parents[1] / "piserini_ray"
+    package = Path(__file__).parents[2] / "piserini_ray"
     writers = []
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(package).as_posix()

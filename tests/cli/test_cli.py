@@ -187,7 +187,7 @@ def test_the_browsecomp_plus_index_is_built_from_the_corpus_alone(tmp_path: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "browsecomp-plus.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "browsecomp-plus.yaml"
     env_home = {"HOME": str(tmp_path)}  # the config's `~/piserini_ray_data/...` paths
     corpus = tmp_path / "piserini_ray_data" / "browsecomp-plus" / "corpus.parquet"
     missing = _cli("index", "--config", str(config), home=tmp_path / "home", env=env_home)
