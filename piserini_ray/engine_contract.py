@@ -23,7 +23,7 @@ from piserini_ray.metrics.cost import CostGuard, PricingTable
 from piserini_ray.monitor.board import STOP_REASON, STOPPED, StatusBoard
 from piserini_ray.monitor.status import State
 from piserini_ray.progress import Progress
-from piserini_ray.records import QueryRecord
+from piserini_ray.records import QueryRecord, ServedTime
 from piserini_ray.stopping import DecisionWatch
 from piserini_ray.store import RunStore
 
@@ -45,6 +45,9 @@ class PreparedRun:
     todo: list[Query]
     guard: CostGuard
     ran: int = 0  # records written by this execution
+    #: The agent's tokens (input + output) in the records written by this execution: a served
+    #: model's hours are shared by them.
+    tokens: int = 0
     #: Why this execution's failed queries failed (the first words of each error), by count.
     failures: Counter[str] = field(default_factory=Counter)
     #: Set when more than `runtime.max_failure_rate` of the todo list failed: nothing more
@@ -118,6 +121,7 @@ class PreparedRun:
         self.store.append(record)
         self.guard.finished(record.usage)
         self.ran += 1
+        self.tokens += record.usage.input_tokens + record.usage.output_tokens
         if record.status == "failed" and record.termination != STOPPED:  # asked for, not a fault
             self.failures[_cause(record.error)] += 1
             self._apply_failure_policy()
@@ -151,6 +155,32 @@ class PreparedRun:
         """The provider refused the run itself (a wrong key, a model it does not serve): every
         query would fail alike, so none more starts and no record is written for it."""
         self.guard.halt(reason)
+
+
+def charge_served(runs: list[PreparedRun], seconds: float, replicas: int = 1) -> None:
+    """Charge the runs whose agent the run serves (`model.serve`) for its servers' time:
+    `replicas` servers up for `seconds`, shared by the runs of one served model by their
+    tokens (equally when none has any), each share a line of its `served.jsonl`."""
+    groups: dict[str, list[PreparedRun]] = {}
+    for run in runs:
+        if run.config.model.serve is not None:
+            key = run.config.model.model_dump_json(include={"name", "serve"})
+            groups.setdefault(key, []).append(run)
+    for group in groups.values():
+        total = sum(run.tokens for run in group)
+        for run in group:
+            serve = run.config.model.serve
+            assert serve is not None
+            share = run.tokens / total if total else 1 / len(group)
+            run.store.add_served(
+                ServedTime(
+                    model=run.config.model.name,
+                    engine=serve.engine,
+                    replicas=replicas,
+                    seconds=round(seconds * replicas * share, 3),
+                    price_per_replica_hour=serve.price_per_replica_hour,
+                )
+            )
 
 
 def in_turn(runs: list[PreparedRun]) -> list[tuple[PreparedRun, Query]]:

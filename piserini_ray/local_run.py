@@ -9,13 +9,14 @@ resumes without losing or repeating one.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from piserini_ray.agent.loop import run_query
 from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Query
 from piserini_ray.endpoints import ModelEndpoints
-from piserini_ray.engine_contract import Log, PreparedRun, in_turn
+from piserini_ray.engine_contract import Log, PreparedRun, charge_served, in_turn
 from piserini_ray.errors import ProviderRefused
 from piserini_ray.judge import judge_one, judge_records
 from piserini_ray.llm.batcher import TurnBatcher
@@ -180,10 +181,16 @@ class LocalEngine:
         pass  # nothing to bring up: the searcher opens in `run`
 
     def run(self, runs: list[PreparedRun], log: Log) -> None:
+        began = time.time()  # a served model's server starts with the plans: it counts
         plans = [self._plan(run, log) for run in runs if run.todo]
         together = any(plan.run.decisions is not None for plan in plans)
         for batch in [plans] if together else [[plan] for plan in plans]:
-            asyncio.run(_run_all(batch))
+            try:
+                asyncio.run(_run_all(batch))
+            finally:
+                ended = time.time()
+                charge_served([plan.run for plan in batch], ended - began)
+                began = ended
         for plan in plans:
             if plan.run.stop_reason():
                 log(f"{plan.run.run_dir} stopped: {plan.run.stop_reason()}")

@@ -43,7 +43,7 @@ from piserini_ray.monitor.otlp import traces_endpoint
 from piserini_ray.preflight import preflight_judge, preflight_runs
 from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.stopping import DecisionWatch, StopWhenDecided
-from piserini_ray.store import RunStore, manifest_config, write_report_file
+from piserini_ray.store import RunStore, manifest_config, read_served, write_report_file
 
 if TYPE_CHECKING:
     from piserini_ray.report.decided import DecisionFigures
@@ -592,7 +592,7 @@ def reduce(config: RunConfig, run_dir: Path, log: Log) -> RunMetrics:
         viewer = ViewerWriter(store.run_dir, benchmark, judgements)
         facts = _facts(store, benchmark, wanted, judgements, viewer)
         pricing = pricing_for(config)
-        metrics = aggregate(config, store.run_dir, facts, judgements, pricing)
+        metrics = aggregate(config, store.run_dir, facts, judgements, pricing, store.served())
         viewer.write_index(facts, pricing.model_price(config.model))
         # The live status's last word: the report's counts and interval (`monitor/board.py`).
         judged = metrics.accuracy_judged or metrics.accuracy
@@ -818,7 +818,9 @@ def run_figures(run_dir: Path, log: Log) -> tuple[RunMetrics, RunFacts]:
 
     config, judgements, facts = _read_run(run_dir, log)
     pricing = pricing_for(config)
-    metrics = aggregate(config, Path(facts.run_dir), facts.facts, judgements, pricing)
+    metrics = aggregate(
+        config, Path(facts.run_dir), facts.facts, judgements, pricing, read_served(run_dir, log)
+    )
     in_slice = len(load_benchmark(config.benchmark).select(**config.slice.model_dump()))
     decision = _decision(metrics, Path(facts.run_dir), in_slice, len(facts.facts))
     return metrics.model_copy(update={"decision": decision}), facts

@@ -54,6 +54,8 @@ TIER_PROVIDERS = {"flex": ("openai",), "batch": ("openai", "anthropic")}
 
 def _check_priced(role: str, model: ModelConfig, pricing: PricingTable) -> None:
     name, tier = model.name, model.service_tier
+    if model.serve is not None:
+        return  # priced by its servers' hours (`serve.price_per_replica_hour`), not tokens
     if pricing.price(name) is None:
         raise ConfigError(
             f"{role} {name!r} is not in the pricing table ({pricing.path}): a run must know "
@@ -92,7 +94,8 @@ def _check_key(role: str, model: ModelConfig, offline: OfflineConfig) -> None:
             f"{role}.api_key_env names {model.api_key_env}, which is not set in the environment: "
             f"export {model.api_key_env}=... (the key is read from there, never from files)"
         )
-    if model.api_key_env is None and model.api_base is None and not offline.serves(model):
+    served = model.serve is not None or offline.serves(model)  # by the run: no key
+    if model.api_key_env is None and model.api_base is None and not served:
         from piserini_ray.llm.routes import missing_variables
 
         lacking = missing_variables(model)

@@ -272,6 +272,24 @@ class Judgement(BaseModel):
     template: Literal["piserini", "browsecomp-plus"] = "piserini"
 
 
+class ServedTime(BaseModel):
+    """A line of `served.jsonl`: the server-seconds of a model the run serves
+    (`model.serve`) charged to this run by one execution, its share where the servers served
+    several runs at once (by their tokens). The run's cost adds seconds / 3600 x the price."""
+
+    model: str  # the served model's name
+    engine: str  # `serve.engine`
+    replicas: int  # servers that were up
+    #: This run's server-seconds (replicas x the seconds they were up, times its share).
+    seconds: float = Field(ge=0)
+    price_per_replica_hour: float = Field(ge=0)
+    at: str = Field(default_factory=lambda: now_iso())  # when the execution ended
+
+    @property
+    def cost_usd(self) -> float:
+        return self.seconds / 3600 * self.price_per_replica_hour
+
+
 class RunManifest(BaseModel):
     """A run directory's `manifest.json`, written when the run directory is created: the
     config it runs (so `resume`, `judge` and `report` need only the directory), the versions

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from piserini_ray.config.base import StrictModel
 from piserini_ray.config.secrets import ROUTE_FIX, key_shaped, route_setting
+from piserini_ray.config.serving import ROUTES, ServeConfig
 
 OFFLINE_PREFIX = "offline/"
 
@@ -76,10 +77,12 @@ class ModelConfig(StrictModel):
         "call_timeout",
         "extra",
         "service_tier",
+        "serve",
     )
     NOT_IDENTITY = ("prompt_caching", "rate_limit")
-    # The standard tier is how every run was named before tiers existed.
-    OMITTED_AT_DEFAULT = ("service_tier",)
+    # The standard tier is how every run was named before tiers existed; a model the user
+    # serves (no `serve`) likewise.
+    OMITTED_AT_DEFAULT = ("service_tier", "serve")
 
     name: str = "offline/heuristic"
     #: What litellm is called with. Default: `openai/<name>` for offline models (the loopback
@@ -107,6 +110,9 @@ class ModelConfig(StrictModel):
     #: (OpenAI's Batch API, Anthropic's Message Batches: half price, answers within hours).
     #: Part of the run's identity (a run is priced at one tier); `standard` names it as before.
     service_tier: Literal["standard", "flex", "batch"] = "standard"
+    #: Served by the run itself on its nodes (`config/serving.py`): the engine, the weights,
+    #: servers and their resources, the price per server-hour. Its calls go to those servers.
+    serve: ServeConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -123,7 +129,19 @@ class ModelConfig(StrictModel):
     def resolved_litellm_model(self) -> str:
         if self.litellm_model:
             return self.litellm_model
+        if self.serve is not None:
+            return f"{ROUTES[self.serve.engine]}/{self.name}"
         return f"openai/{self.name}" if self.is_offline else self.name
+
+    @model_validator(mode="after")
+    def _served_here_or_there(self) -> ModelConfig:
+        if self.serve is not None and (self.api_base is not None or self.is_offline):
+            raise ValueError(
+                f"model {self.name!r} has `serve` and "
+                + ("an api_base" if self.api_base is not None else "an offline name")
+                + ": a served model is called at its own servers; drop one of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _key_name_not_value(self) -> ModelConfig:

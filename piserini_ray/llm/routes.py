@@ -109,13 +109,14 @@ class RouteFacts:
 
 
 def route_facts(model: ModelConfig, api_base: str | None = None) -> RouteFacts:
-    """What a call of `model` reads from the environment. An offline model and an endpoint of
-    the user's own (`api_base`, or `model.api_base`) without `model.api_key_env` read none;
+    """What a call of `model` reads from the environment. An offline model, a model the run
+    serves (`model.serve`) and an endpoint of the user's own (`api_base`, or
+    `model.api_base`) without `model.api_key_env` read none;
     `model.api_key_env` replaces the route's own key variables."""
     if model.is_offline:
         return RouteFacts(provider="openai")
     provider = route_provider(model)
-    own_endpoint = (api_base or model.api_base) is not None
+    own_endpoint = (api_base or model.api_base) is not None or model.serve is not None
     if own_endpoint and model.api_key_env is None:
         return RouteFacts(provider=provider)
     route = model.resolved_litellm_model()

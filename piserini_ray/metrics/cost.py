@@ -101,7 +101,10 @@ class PricingTable(BaseModel):
         return found.at(tier) if found is not None else None
 
     def model_price(self, model: ModelConfig) -> Price | None:
-        """What a configured model's calls cost: its prices at its `service_tier`."""
+        """What a configured model's calls cost: its prices at its `service_tier` (a model the
+        run serves: nothing per token; its servers' hours are charged apart, `served.jsonl`)."""
+        if model.serve is not None:
+            return Price(input=0, output=0, cache_read=0)
         return self.price(model.name, model.service_tier)
 
     def source(self, model: str, tier: ServiceTier = "standard") -> str:

@@ -37,10 +37,18 @@ def _num(value: float | None, fmt: str = "{:.1f}") -> str:
 
 
 def _cost(m: RunMetrics) -> str:
-    """The run's cost, with the part estimated for calls cut or failed after sending."""
+    """The run's cost, with the part estimated for calls cut or failed after sending, and
+    for a model the run serves, its servers' hours."""
     if m.cost_usd is None:
         return "n/a"
-    return cost_text(m.cost_usd, m.cost_estimated_usd, m.calls_usage_estimated)
+    text = cost_text(m.cost_usd, m.cost_estimated_usd, m.calls_usage_estimated)
+    if m.served is not None:
+        s = m.served
+        text += (
+            f" (served by {s.engine}: {s.replica_hours:.4f} server-hours x "
+            f"${s.price_per_replica_hour:g} = ${s.cost_usd:,.4f}; tokens free)"
+        )
+    return text
 
 
 def _tokens(m: RunMetrics) -> str:

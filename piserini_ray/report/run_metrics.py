@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from piserini_ray.config import RunConfig
+from piserini_ray.config import ModelConfig, RunConfig
 from piserini_ray.data import Benchmark
 from piserini_ray.metrics.calibration import CONVENTIONS, calibration_error
 from piserini_ray.metrics.cost import PricingTable
@@ -25,7 +26,7 @@ from piserini_ray.metrics.recall import (
     macro,
     micro,
 )
-from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
+from piserini_ray.records import Judgement, QueryRecord, RankingLog, ServedTime, Usage
 from piserini_ray.report.agreement import JudgeAgreement
 from piserini_ray.report.budget import BudgetAnalysis, budget_analysis
 from piserini_ray.report.decided import DecisionFigures
@@ -81,6 +82,38 @@ UNAVAILABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "trajectory": ("budget",),
     "timing": ("budget",),
 }
+
+
+class ServedCost(BaseModel):
+    """What a model the run serves cost it: its servers' hours (`served.jsonl`) times their
+    price (`serve.price_per_replica_hour`), shared with the runs it served at once by tokens."""
+
+    engine: str
+    replica_hours: float
+    price_per_replica_hour: float
+    cost_usd: float
+
+
+def served_cost(served: Sequence[ServedTime]) -> ServedCost | None:
+    """The run's served cost over every execution (None: it served no model)."""
+    if not served:
+        return None
+    seconds = sum(s.seconds for s in served)
+    return ServedCost(
+        engine=served[-1].engine,
+        replica_hours=round(seconds / 3600, 6),
+        price_per_replica_hour=served[-1].price_per_replica_hour,
+        cost_usd=round(sum(s.cost_usd for s in served), 6),
+    )
+
+
+def served_source(model: ModelConfig) -> str:
+    """Where a served model's price comes from, for the report."""
+    assert model.serve is not None
+    return (
+        f"served by the run ({model.serve.engine}): ${model.serve.price_per_replica_hour:g} "
+        "per server-hour (serve.price_per_replica_hour), its tokens free"
+    )
 
 
 class RunMetrics(BaseModel):
@@ -162,6 +195,9 @@ class RunMetrics(BaseModel):
     depth: int = 1000  # `retrieval.depth`: hits per search
     retrieval: str = ""  # the retriever in words
     budget: BudgetAnalysis | None = None  # how queries used the time budget
+    #: A model the run serves (`model.serve`): its servers' hours and their cost, which
+    #: `cost_usd` includes (its tokens cost nothing more).
+    served: ServedCost | None = None
     #: Its part in a `stop_when_decided` sweep: where its comparison was decided, what that
     #: saved, its accuracy's confidence sequence (`report/decided.py`).
     decision: DecisionFigures | None = None
@@ -292,8 +328,10 @@ def aggregate(
     facts: list[QueryFacts],
     judgements: dict[str, Judgement],
     pricing: PricingTable,
+    served: Sequence[ServedTime] = (),
 ) -> RunMetrics:
-    """The reduce step: every figure of the run from its queries' facts."""
+    """The reduce step: every figure of the run from its queries' facts (and, for a model the
+    run serves, the server-seconds charged to it: `served`)."""
     seed = config.judge.seed
     judge = config.judge_model().name
     facts = sorted(facts, key=lambda f: f.position)
@@ -343,6 +381,9 @@ def aggregate(
     price = pricing.model_price(config.model) if usage else None
     judge_price = pricing.model_price(config.judge_model())
     judge_usage = sum((j.usage for j in judgements.values()), Usage())
+    hours = served_cost(served)
+    served_usd = hours.cost_usd if hours is not None else 0.0
+    tokens_cost = sum(price.cost(f.usage) for f in facts) if price else None
     return RunMetrics(
         run_dir=str(run_dir),
         config_hash=config.config_hash(),
@@ -378,7 +419,8 @@ def aggregate(
         cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4)
         if usage
         else None,
-        cost_usd=round(sum(price.cost(f.usage) for f in facts), 4) if price else None,
+        cost_usd=None if tokens_cost is None else round(tokens_cost + served_usd, 4),
+        served=hours,
         cost_estimated_usd=round(sum(price.estimated_cost(f.usage) for f in facts), 4)
         if price
         else None,
@@ -386,7 +428,7 @@ def aggregate(
         calls_without_usage=sum(f.calls_without_usage for f in facts),
         judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
         pricing_source={
-            m.name: pricing.source(m.name, m.service_tier)
+            m.name: served_source(m) if m.serve else pricing.source(m.name, m.service_tier)
             for m in (config.model, config.judge_model())
         },
         budget_seconds=config.agent.budget_seconds,

@@ -32,7 +32,7 @@ from piserini_ray.store.jsonl import JsonlFile, RunStoreError
 from piserini_ray.store.ledgers import JudgeBatchLedger, TurnLedger
 from piserini_ray.store.manifest import manifest_config, versions
 from piserini_ray.store.report_files import fresh_report_folder, write_report_file
-from piserini_ray.store.run_store import RunStore
+from piserini_ray.store.run_store import RunStore, read_served
 
 __all__ = [
     "JsonlFile",
@@ -42,6 +42,7 @@ __all__ = [
     "TurnLedger",
     "fresh_report_folder",
     "manifest_config",
+    "read_served",
     "versions",
     "write_report_file",
 ]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.secrets import scrub
-from piserini_ray.records import Judgement, QueryRecord, RankingLog, Usage
+from piserini_ray.records import Judgement, QueryRecord, RankingLog, ServedTime, Usage
 from piserini_ray.store.jsonl import JsonlFile, Log, RunStoreError, rewrite_without
 from piserini_ray.store.ledgers import JudgeBatchLedger
 from piserini_ray.store.manifest import open_manifest
@@ -194,6 +194,17 @@ class RunStore:
                 self._failed.pop(query_id, None)
         return moved
 
+    def add_served(self, served: ServedTime) -> None:
+        """Charge this run a served model's server-seconds (`served.jsonl`, durable)."""
+        with self._lock:
+            JsonlFile(self.run_dir / "served.jsonl", self._log).append(
+                served.model_dump(mode="json")
+            )
+
+    def served(self) -> list[ServedTime]:
+        """Every execution's server-seconds charged to this run."""
+        return read_served(self.run_dir, self._log)
+
     def spill_dir(self, query_id: str) -> Path:
         from piserini_ray.tools.spill import safe_component
 
@@ -242,3 +253,11 @@ class RunStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_served(run_dir: Path, log: Log = None) -> list[ServedTime]:
+    """The server-seconds charged to the run in `run_dir` (`served.jsonl`; none: [])."""
+    path = Path(run_dir) / "served.jsonl"
+    if not path.exists():
+        return []
+    return [ServedTime.model_validate(row) for row in JsonlFile(path, log).iter()]
