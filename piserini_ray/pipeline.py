@@ -251,8 +251,10 @@ def run_on_ray(
 
 
 def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran: int) -> RunSummary:
-    """The console summary of a run's records (statuses, tools, tokens, cost)."""
+    """The console summary of a run's records (statuses, tools, tokens, cost: a served
+    model's server-hours included)."""
     price = pricing_for(config).model_price(config.model)
+    served = sum(s.cost_usd for s in read_served(run_dir))
     n = max(1, len(records))
     tools: Counter[str] = Counter()
     for record in records:
@@ -273,7 +275,7 @@ def summarize(records: list[QueryRecord], config: RunConfig, run_dir: Path, ran:
         tokens_total=dict(totals),
         tokens_median_per_query=statistics.median(per_query),
         cached_token_ratio=round(totals["cached_tokens"] / max(1, totals["input_tokens"]), 4),
-        cost_usd=round(sum(price.cost(r.usage) for r in records), 4) if price else None,
+        cost_usd=round(sum(price.cost(r.usage) for r in records) + served, 4) if price else None,
         calls_without_usage=sum(r.calls_without_usage for r in records),
         cost_estimated_usd=round(sum(price.estimated_cost(r.usage) for r in records), 4)
         if price

@@ -170,3 +170,31 @@ def test_a_bad_serve_block_is_a_clear_error(block: dict, said: str) -> None:
     both = {"model.name": "m", "model.api_base": "http://x/v1"}
     with pytest.raises(ConfigError, match="a served model is called at its own servers"):
         load_config(None, {**both, "model.serve": {"engine": "vllm", "model": "m"}})
+
+
+def test_the_official_grader_config_starts_vllm_with_the_leaderboards_settings(
+    tmp_path: Path, argv_file: Path
+) -> None:
+    """`configs/judges/qwen3-32b-vllm.yaml`: Qwen3-32B on vLLM, BrowseComp-Plus's sampling
+    (temperature 0.7, top_p 0.8, top_k 20, thinking off) and its template; the command it
+    starts, against the stand-in (no GPU here)."""
+    config_file = tmp_path / "run.yaml"
+    judge = Path(__file__).resolve().parents[2] / "configs" / "judges" / "qwen3-32b-vllm.yaml"
+    config_file.write_text(f"judge: {{model: {judge}, template: browsecomp-plus}}\n")
+    config = load_config(config_file)
+    model = config.judge.model
+    assert model is not None and model.serve is not None
+    assert model.resolved_litellm_model() == "hosted_vllm/qwen3-32b"
+    assert (model.temperature, model.extra["top_p"]) == (0.7, 0.8)
+    assert model.extra["extra_body"] == {
+        "top_k": 20,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    assert config.judge.template == "browsecomp-plus"
+    serve = model.serve.model_copy(update={"executable": _vllm(tmp_path)})
+    server = ServerProcess(serve, model.name, "gpu-node")
+    server.start()
+    server.stop()
+    argv = json.loads(argv_file.read_text())
+    assert argv[:4] == ["serve", "Qwen/Qwen3-32B", "--served-model-name", "qwen3-32b"]
+    assert argv[-4:] == ["--max-model-len", "32768", "--tensor-parallel-size", "2"]
