@@ -39,7 +39,7 @@ from ray.exceptions import (
 
 from piserini_ray.config import RunConfig
 from piserini_ray.data import Query, load_benchmark
-from piserini_ray.engine_contract import PreparedRun, in_turn
+from piserini_ray.engine_contract import PreparedRun, charge_served, in_turn
 from piserini_ray.errors import ConfigError, DataError, PiseriniRayError, ProviderRefused
 from piserini_ray.llm.limiter import quota_key
 from piserini_ray.llm.secrets import driver_keys, scrub
@@ -52,6 +52,7 @@ from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.runtime.metrics import RunExporter
+from piserini_ray.runtime.model_servers import ServedModels, served_key
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
@@ -361,6 +362,7 @@ def run_prepared(
     `bring_up` begun before `prepare`."""
     todo = [run for run in runs if run.todo]
     replicas = early.result() if early is not None else None
+    stack = contextlib.ExitStack()  # the model servers stop (and are charged) on the way out
     try:
         if not todo:
             return
@@ -368,11 +370,16 @@ def run_prepared(
             start_ray(runs[0].config.runtime, log)
             replicas = Replicas([r.config for r in runs], log)
         replicas.add([r.config for r in todo], log, {_group_key(r.config): r.index for r in todo})
+        served = ServedModels([r.config.model for r in todo], log)
+        stack.callback(_charge, todo, served)
+        served.start()  # the model servers come up beside the replicas
         bases = {
-            str(run.run_dir): endpoints.api_base(run.config.model, run.config.offline)
+            str(run.run_dir): None
+            if served.serves(run.config.model)
+            else endpoints.api_base(run.config.model, run.config.offline)
             for run in todo
         }
-        dispatcher = Dispatcher(todo, bases, replicas, log)
+        dispatcher = Dispatcher(todo, bases, replicas, log, served)
         replicas.ready(log, dispatcher.model_checks)
         dispatcher.raise_check_failures()
         # The judge's imports, then the reports', load from now on: after the replicas' start
@@ -389,8 +396,17 @@ def run_prepared(
             loading.join()  # no import of the driver's may meet it half-done
             dispatcher.stop_batchers()
     finally:
-        if replicas is not None:
-            replicas.close()
+        try:
+            stack.close()
+        finally:
+            if replicas is not None:
+                replicas.close()
+
+
+def _charge(runs: list[PreparedRun], served: ServedModels) -> None:
+    """Stop the model servers and charge their hours to the runs they served."""
+    for key, (seconds, count) in served.stop().items():
+        charge_served([r for r in runs if served_key(r.config.model) == key], seconds, count)
 
 
 def _load_meanwhile(
@@ -419,6 +435,8 @@ class _InFlight:
     query: Query
     group: _Group
     index: int  # the replica's place in its group
+    #: The server of a served model that holds the query's every turn (`model_servers.py`).
+    server: int | None = None
 
 
 class Dispatcher:
@@ -433,9 +451,12 @@ class Dispatcher:
         bases: dict[str, str | None],
         replicas: Replicas,
         log: Callable[[str], None],
+        served: ServedModels | None = None,
     ) -> None:
         self.runs = runs
         self.bases = bases
+        #: The servers of the models the run serves: each query gets one (`_job`).
+        self.served = served
         self.replicas = replicas
         self.driver_node = ray.get_runtime_context().get_node_id()
         self.log = log
@@ -531,17 +552,25 @@ class Dispatcher:
                 deferred.append((plan, query))
                 continue
             index = min(free, key=lambda i: group.load.get(i, 0))
-            job = self._job(plan, query, group.nodes[index])
+            server, base = None, None
+            if self.served is not None and self.served.serves(plan.config.model):
+                server, base = self.served.pick(plan.config.model)
+            job = self._job(plan, query, group.nodes[index], base)
             ref = group.actors[index].run.remote(job, self._keys(plan))
             group.load[index] = group.load.get(index, 0) + 1
-            self.in_flight[ref] = _InFlight(plan, query, group, index)
+            self.in_flight[ref] = _InFlight(plan, query, group, index, server)
         self.queue.extendleft(reversed(deferred))
 
-    def _job(self, plan: PreparedRun, query: Query, node: str) -> QueryJob:
+    def _job(
+        self, plan: PreparedRun, query: Query, node: str, server: str | None = None
+    ) -> QueryJob:
         """The query as its replica runs it, on `node`: a loopback endpoint of the driver's
-        node is reached from another node through the replica's relay."""
+        node is reached from another node through the replica's relay; a served model's
+        calls go to `server` (default: its first, for the model check)."""
         config = plan.config
         base = self.bases[str(plan.run_dir)]
+        if self.served is not None and self.served.serves(config.model):
+            base = server or self.served.first(config.model)
         return QueryJob(
             run_id=plan.store.run_id,
             config_hash=plan.store.config_hash,
@@ -671,6 +700,8 @@ class Dispatcher:
 
     def _query_returned(self, ref: Any, flight: _InFlight) -> None:
         flight.group.load[flight.index] -= 1
+        if flight.server is not None and self.served is not None:
+            self.served.release(flight.plan.config.model, flight.server)
         try:
             record = QueryRecord.model_validate(ray.get(ref))
         except _INFRASTRUCTURE as exc:

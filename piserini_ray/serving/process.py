@@ -7,7 +7,6 @@ fix, and the server's last log lines."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -38,12 +37,14 @@ class ServeError(PiseriniRayError):
     the engine and the fix, with the server's last log lines."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """The child gets SIGTERM when this process dies, however it dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    os.setsid()  # its own process group: stopped as a whole, never by the parent's Ctrl-C
+#: Run before the engine's command, in the child: the kernel sends it SIGTERM when the thread
+#: that started it dies, however it dies (`PR_SET_PDEATHSIG`, kept across `exec`), then it
+#: becomes the command. A small program, not `preexec_fn`, which is unsafe in a process with
+#: threads (a Ray worker).
+DIE_WITH_PARENT = (
+    "import ctypes, os, sys; ctypes.CDLL('libc.so.6').prctl(1, 15); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 def free_port(host: str) -> int:
@@ -152,11 +153,11 @@ class ServerProcess:
         self.log_path = Path(log)
         with os.fdopen(handle, "wb") as out:
             self.process = subprocess.Popen(
-                command,
+                [_this_python(), "-c", DIE_WITH_PARENT, *command],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                start_new_session=True,  # its own group: stopped whole, never by our Ctrl-C
             )
         self.started_at = time.time()
         try:

@@ -1,0 +1,160 @@
+"""Models the run serves on its own nodes (`model.serve`, issue 51), on the Ray engine.
+
+Each server is a `ModelServerActor` that Ray places by `serve.num_cpus` / `serve.num_gpus`
+(a demand no node can meet is refused before anything starts), running the engine's server as
+its child process (`serving/process.py`) on its node's address, so every node reaches it. The
+driver routes each query to one server for all of its turns (`ServedModels.pick` when the
+query starts, `release` when it returns): a conversation stays where its prompt is cached, and
+queries go to the least loaded server. The servers stop when the run ends, also after Ctrl-C
+or a failure (and, should the actor die, its server with it: `PR_SET_PDEATHSIG`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from piserini_ray.config import ModelConfig
+from piserini_ray.config.serving import ServeConfig
+from piserini_ray.runtime.readiness import check_feasible
+from piserini_ray.serving import ServeError, ServerProcess
+
+#: Beyond `serve.startup_timeout`, how long the driver waits for an actor's answer (its own
+#: start: Ray placing it, its worker process).
+ACTOR_MARGIN_SECONDS = 120.0
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class ModelServerActor:
+    """One server of a served model, on the node Ray placed this actor on."""
+
+    def __init__(self, serve: ServeConfig, name: str) -> None:
+        ip = ray.util.get_node_ip_address()
+        self.server = ServerProcess(serve, name, node=ip, host=ip)
+
+    def start(self) -> dict[str, Any]:
+        base = self.server.start()
+        return {"api_base": base, "node": self.server.node, "pid": os.getpid()}
+
+    def alive(self) -> bool:
+        return self.server.alive()
+
+    def stop(self) -> float:
+        """Stop the server; how long it was up."""
+        self.server.stop()
+        return self.server.seconds_up()
+
+
+def served_key(model: ModelConfig) -> str:
+    """One set of servers per served model (its name and `serve` block)."""
+    return model.model_dump_json(include={"name", "serve"})
+
+
+@dataclass
+class _Servers:
+    """The servers of one served model: their actors, addresses and queries in flight."""
+
+    model: ModelConfig
+    actors: list[Any]
+    bases: list[str] = field(default_factory=list)
+    load: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+
+class ServedModels:
+    """The served models of a job's runs: started together, routed per query, stopped."""
+
+    def __init__(self, models: list[ModelConfig], log: Callable[[str], None]) -> None:
+        self.log = log
+        self.models = {served_key(m): m for m in models if m.serve is not None}
+        self.servers: dict[str, _Servers] = {}
+
+    def start(self) -> None:
+        """Place and start every server, and wait until each answers (`ServeError` names the
+        node, the engine and its last log lines; a demand no node has is refused first)."""
+        for key, model in self.models.items():
+            serve = model.serve
+            assert serve is not None
+            demand = {"CPU": serve.num_cpus, "GPU": serve.num_gpus}
+            check_feasible(
+                demand,
+                f"the servers of {model.name} ({serve.engine})",
+                "lower serve.num_cpus / serve.num_gpus, or add a node that has them",
+                self.log,
+            )
+            actors = [
+                ModelServerActor.options(  # type: ignore[attr-defined]
+                    num_cpus=serve.num_cpus, num_gpus=serve.num_gpus
+                ).remote(serve, model.name)
+                for _ in range(serve.replicas)
+            ]
+            self.servers[key] = _Servers(model, actors)
+        for servers in self.servers.values():
+            serve = servers.model.serve
+            assert serve is not None
+            refs = [actor.start.remote() for actor in servers.actors]
+            timeout = serve.startup_timeout + ACTOR_MARGIN_SECONDS
+            for index, ref in enumerate(refs):
+                info = _answer(ref, timeout, f"server {index} of {servers.model.name}")
+                servers.bases.append(info["api_base"])
+                servers.load.append(0)
+                self.log(
+                    f"model server {index} of {servers.model.name} ({serve.engine}) up at "
+                    f"{info['api_base']} on node {info['node']}"
+                )
+            servers.started = time.time()
+
+    def serves(self, model: ModelConfig) -> bool:
+        return served_key(model) in self.servers
+
+    def first(self, model: ModelConfig) -> str:
+        """A server's address (the model check's)."""
+        return self.servers[served_key(model)].bases[0]
+
+    def pick(self, model: ModelConfig) -> tuple[int, str]:
+        """The server for a query starting now: the least loaded; it keeps the query's every
+        turn (its prompt cache holds the conversation). Its index and address."""
+        servers = self.servers[served_key(model)]
+        index = min(range(len(servers.bases)), key=lambda i: servers.load[i])
+        servers.load[index] += 1
+        return index, servers.bases[index]
+
+    def release(self, model: ModelConfig, index: int) -> None:
+        self.servers[served_key(model)].load[index] -= 1
+
+    def stop(self) -> dict[str, tuple[float, int]]:
+        """Stop every server; per served model, the seconds its servers were up (the longest)
+        and how many there were."""
+        up: dict[str, tuple[float, int]] = {}
+        for key, servers in self.servers.items():
+            seconds = time.time() - servers.started
+            for actor in servers.actors:
+                # An actor gone already took its server with it.
+                with contextlib.suppress(RayActorError, RayTaskError, GetTimeoutError):
+                    seconds = max(seconds, float(ray.get(actor.stop.remote(), timeout=60)))
+                ray.kill(actor)
+            up[key] = (seconds, len(servers.actors))
+        self.servers.clear()
+        return up
+
+
+def _answer(ref: Any, timeout: float, what: str) -> dict[str, Any]:
+    try:
+        return dict(ray.get(ref, timeout=timeout))
+    except RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, ServeError) else exc
+        raise ServeError(str(cause)) from None
+    except RayActorError as exc:
+        raise ServeError(f"{what}: its actor died before it answered ({exc})") from None
+    except GetTimeoutError:
+        raise ServeError(
+            f"{what} was not placed and up within {timeout:g} s: no node has its resources "
+            "free, or its start hangs"
+        ) from None

