@@ -13,6 +13,7 @@ stopped when the endpoints close.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -66,6 +67,10 @@ class ModelEndpoints:
                 self._started[key] = server.start()
                 self._stack.callback(server.stop)
                 self.servers.append(server)
+                # A server that exits starts again at the same address (its calls retry).
+                threading.Thread(
+                    target=server.supervise, args=(_say,), name="serve-supervise", daemon=True
+                ).start()
             return self._started[key]
 
     def close(self) -> None:
@@ -83,3 +88,7 @@ class ModelEndpoints:
         _traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _say(message: str) -> None:
+    print(f"[piserini-ray] {message}", file=sys.stderr, flush=True)

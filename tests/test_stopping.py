@@ -220,7 +220,7 @@ def test_a_bad_stop_when_decided_is_a_clear_error(tmp_path: Path, extra: str, me
 
 # ------------------------------------------------------------------ a sweep, end to end
 
-QUERIES = 60
+QUERIES = 40
 
 
 def _oracle_sweep(path: Path, index_root: Path, base_url: str, decide: bool) -> Path:

@@ -24,6 +24,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from piserini_ray.config import ModelConfig
 from piserini_ray.config.serving import ServeConfig
 from piserini_ray.runtime.readiness import check_feasible
+from piserini_ray.runtime.worker import stamped
 from piserini_ray.serving import ServeError, ServerProcess
 
 #: Beyond `serve.startup_timeout`, how long the driver waits for an actor's answer (its own
@@ -31,9 +32,10 @@ from piserini_ray.serving import ServeError, ServerProcess
 ACTOR_MARGIN_SECONDS = 120.0
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]
 class ModelServerActor:
-    """One server of a served model, on the node Ray placed this actor on."""
+    """One server of a served model, on the node Ray placed this actor on. Two threads: one
+    supervises the server (`supervise`), the other answers the driver."""
 
     def __init__(self, serve: ServeConfig, name: str) -> None:
         ip = ray.util.get_node_ip_address()
@@ -42,6 +44,11 @@ class ModelServerActor:
     def start(self) -> dict[str, Any]:
         base = self.server.start()
         return {"api_base": base, "node": self.server.node, "pid": os.getpid()}
+
+    def supervise(self) -> int:
+        """Until the server is stopped: a server that exits starts again at the same address
+        (`ServerProcess.supervise`); the restarts."""
+        return self.server.supervise(lambda message: print(stamped(message), flush=True))
 
     def alive(self) -> bool:
         return self.server.alive()
@@ -66,6 +73,8 @@ class _Servers:
     bases: list[str] = field(default_factory=list)
     load: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    #: Each server's supervision (`ModelServerActor.supervise`): its restarts when it ends.
+    supervising: list[Any] = field(default_factory=list)
 
 
 class ServedModels:
@@ -103,6 +112,7 @@ class ServedModels:
             timeout = serve.startup_timeout + ACTOR_MARGIN_SECONDS
             for index, ref in enumerate(refs):
                 info = _answer(ref, timeout, f"server {index} of {servers.model.name}")
+                servers.supervising.append(servers.actors[index].supervise.remote())
                 servers.bases.append(info["api_base"])
                 servers.load.append(0)
                 self.log(
@@ -139,6 +149,14 @@ class ServedModels:
                 # An actor gone already took its server with it.
                 with contextlib.suppress(RayActorError, RayTaskError, GetTimeoutError):
                     seconds = max(seconds, float(ray.get(actor.stop.remote(), timeout=60)))
+            for index, ref in enumerate(servers.supervising):
+                with contextlib.suppress(RayActorError, RayTaskError, GetTimeoutError):
+                    if restarts := int(ray.get(ref, timeout=30)):
+                        self.log(
+                            f"model server {index} of {servers.model.name} was restarted "
+                            f"{restarts} time(s)"
+                        )
+            for actor in servers.actors:
                 ray.kill(actor)
             up[key] = (seconds, len(servers.actors))
         self.servers.clear()

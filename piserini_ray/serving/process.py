@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from piserini_ray.config.serving import ServeConfig
@@ -55,6 +56,8 @@ def free_port(host: str) -> int:
 
 def port_taken(host: str, port: int) -> bool:
     with socket.socket() as sock:
+        # As a server binds (SO_REUSEADDR): a port whose last server just died is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -76,6 +79,7 @@ class ServerProcess:
         self.log_path: Path | None = None
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        self._stopping = False
 
     @property
     def api_base(self) -> str:
@@ -159,11 +163,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: stopped whole, never by our Ctrl-C
             )
-        self.started_at = time.time()
+        self.started_at = self.started_at or time.time()  # a restart keeps the first
         try:
             self._wait_ready()
         except BaseException:
-            self.stop()
+            self._end()
             raise
         return self.api_base
 
@@ -206,6 +210,33 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def supervise(self, log: Callable[[str], None], max_restarts: int = 5) -> int:
+        """Until `stop`: wait for the server to exit, and start it again on the same port
+        (the calls in flight to it fail, are retried by their clients, and reach the new
+        server at the same address: no query is lost or answered twice). Gives up after
+        `max_restarts` restarts in a row that did not come up. Returns the restarts."""
+        restarts = failures = 0
+        while True:
+            process = self.process
+            if process is None:
+                return restarts
+            code = process.wait()
+            if self.process is not process or self._stopping:
+                return restarts  # stopped on purpose
+            log(f"{self._where()} exited with status {code}; starting it again on port {self.port}")
+            self.process = None
+            try:
+                self.start()
+            except PiseriniRayError as error:
+                failures += 1
+                log(f"{self._where()} did not come back ({error})")
+                if failures >= max_restarts:
+                    return restarts
+                time.sleep(POLL_SECONDS * 4)
+                continue
+            restarts, failures = restarts + 1, 0
+            log(f"{self._where()} is back at {self.api_base}")
+
     def last_lines(self) -> str:
         if self.log_path is None or not self.log_path.exists():
             return "  (no log)"
@@ -215,11 +246,16 @@ class ServerProcess:
         return "\n".join(f"  {line}" for line in text.splitlines()) or "  (no output)"
 
     def stop(self) -> None:
-        """End the server (its whole process group), politely first."""
+        """End the server for good (its whole process group), politely first."""
+        self._stopping = True
+        if self.process is not None:
+            self.stopped_at = time.time()
+        self._end()
+
+    def _end(self) -> None:
         process, self.process = self.process, None
         if process is None:
             return
-        self.stopped_at = time.time()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

@@ -7,10 +7,14 @@ hours. Real: llama-cpp-python's server with Gemma 3 270M (`make serving`), on a 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.config import load_config
 from piserini_ray.pipeline import run_on_ray
@@ -78,3 +82,46 @@ def test_a_server_no_node_can_hold_is_refused_before_any_query(
         not (tmp_path / "run" / "records.jsonl").exists()
         or not (tmp_path / "run" / "records.jsonl").read_bytes()
     )
+
+
+def _server_pids() -> list[int]:
+    """The llama.cpp servers of gemma3-270m running on this machine."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"llama_cpp.server" in argv and b"gemma3-270m" in argv:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_a_server_killed_mid_run_comes_back_and_no_query_is_lost_or_doubled(
+    sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    """SIGKILL to the model server once the first answer is recorded: it starts again at the
+    same address, the calls that were in flight are retried there, and every query ends
+    with one record (none failed)."""
+    run_dir = tmp_path / "run"
+    records = run_dir / "records.jsonl"
+    killed: list[int] = []
+
+    def kill_when_the_first_answer_is_in() -> None:
+        wait_for("the first record", lambda: records.exists() and b"\n" in records.read_bytes())
+        for pid in _server_pids():
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    logs: list[str] = []
+    config = load_config(None, {**_served(index_root), "slice.sample": 6})
+    killer = threading.Thread(target=kill_when_the_first_answer_is_in, daemon=True)
+    killer.start()
+    (summary,) = run_on_ray([(config, run_dir)], logs.append)
+    killer.join(timeout=60)
+    assert killed, "the server was never killed"
+    ids = [orjson.loads(line)["query_id"] for line in records.read_bytes().splitlines()]
+    assert len(ids) == 6 and len(set(ids)) == 6  # every query, once
+    assert summary.statuses.get("failed", 0) == 0, summary.statuses
+    assert any("model server 0 of gemma3-270m was restarted 1 time(s)" in m for m in logs), logs
+    assert not _server_pids()  # and it stopped with the run
