@@ -9,7 +9,7 @@ It reports, per routing, the prompt-cache hit rate (the prompt tokens the server
 from its own log: `N prefix-match hit, remaining M prompt tokens to eval`), the prompt tokens
 evaluated, the wall time and the tokens per second.
 
-    python bench/served_cache.py [--conversations 6 --turns 5 --rounds 2]
+    python bench/served_cache.py [--conversations 4 --turns 4 --rounds 2]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def conversations(count: int, turns: int) -> list[list[str]]:
     """Per conversation, its question and then one document excerpt per later turn (the sample
     benchmark's own questions and documents)."""
     sample = load_benchmark(BenchmarkConfig())
-    docs = [d.text[:1200] for d in sample.corpus][: count * turns]
+    docs = [d.text[:600] for d in sample.corpus][: count * turns]
     questions = [q.query for q in sample.queries][:count]
     return [
         [questions[c]] + [docs[(c * turns + t) % len(docs)] for t in range(turns - 1)]
@@ -102,8 +102,8 @@ def route(servers: list[ServerProcess], chats: list[list[str]], sticky: bool) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--conversations", type=int, default=6)
-    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--conversations", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     if not PYTHON.exists():
@@ -114,7 +114,7 @@ def main() -> None:
         executable=str(PYTHON),
         args=[
             "--n_ctx",
-            "16384",
+            "4096",
             "--n_threads",
             "1",
             "--cache",
