@@ -61,7 +61,8 @@ image-wheels: setup
 run: setup
 	$(BIN)/piserini-ray run
 
-test: setup
+# Every test: the served-model tests need the real model server (`make serving`, built once).
+test: setup serving
 	$(BIN)/python -m pytest
 
 # The fast tier: the tests that start neither Ray, a JVM nor a cluster (marked in conftest).

@@ -241,9 +241,18 @@ def _ray_resources_released(request: pytest.FixtureRequest) -> Iterator[None]:
 # from what its module starts itself; in the fast tier a test that booted a JVM or a Ray anyway
 # fails, naming the fix, so that the tier never silently grows slow.
 
-#: Fixtures that boot a JVM (a Lucene index, a searcher), encode with torch or start Ray.
+#: Fixtures that boot a JVM (a Lucene index, a searcher), encode with torch, start Ray or
+#: need the real model server (`make serving`).
 HEAVY_FIXTURES = frozenset(
-    {"sample_index", "searcher", "edge_searcher", "dense_sample", "finished_run", "module_ray"}
+    {
+        "sample_index",
+        "searcher",
+        "edge_searcher",
+        "dense_sample",
+        "finished_run",
+        "module_ray",
+        "serving_python",
+    }
 )
 #: What a test module's source shows when its tests start Ray, a JVM, a cluster or the CLI
 #: (which does all of these) by themselves, without a fixture.
