@@ -146,8 +146,8 @@ def main() -> None:
         "A query's turns on one server: prompt-cache hits with and without affinity",
         f"{args.conversations} conversations of {args.turns} turns, {args.rounds} rounds "
         "(each routing once a round, in alternating order). Two llama.cpp servers (Gemma 3 "
-        "270M Q4_K_M, 1 thread each, prompt cache on), the sample's questions and documents, 8 tokens "
-        "out per turn; the hit rate from the servers' own logs.",
+        "270M Q4_K_M, 1 thread each, prompt cache on), the sample's questions and "
+        "documents, 8 tokens out per turn; the hit rate from the servers' own logs.",
     )
     lines += [
         "| routing | round | prompt-cache hit rate | prompt tokens evaluated | of prompt tokens "
