@@ -96,6 +96,8 @@ VENV_BIN = Path(sys.executable).parent
 #: checkout): what a real node has installed, so host 2 sees them wherever they are.
 VENV = Path(sys.prefix)
 PACKAGE = Path(piserini_ray.__file__).resolve().parent
+#: The model server's environment beside the checkout (`make serving`).
+SERVING_VENV = PACKAGE.parent / ".venv-serving"
 #: Ray's switches every host gets: no telemetry, token authentication on (the kit's own
 #: token, in a 0600 file on each host, unless a test names another with RAY_AUTH_TOKEN).
 RAY_SWITCHES = {
@@ -247,6 +249,9 @@ class TwoHosts:
     host2_env: Mapping[str, str] = field(default_factory=dict)
     hide: Sequence[Path] = ()
     num_cpus: int = 1
+    #: Custom Ray resources of host 2 (`ray start --resources`), e.g. a label for the node
+    #: that serves a model.
+    host2_resources: Mapping[str, float] = field(default_factory=dict)
     object_store_mb: int = 200
     port: int = 6379
     #: Keep the folder (logs, temp dirs) after `close()`, for debugging.
@@ -323,7 +328,9 @@ class TwoHosts:
         its own folder, and the virtual environment, the package and Python wherever they
         are, as a node that has the package installed. Nothing else of the checkout."""
         own = [self.host2.dir]
+        # The model server's environment (`make serving`): a node that has the engine.
         installed = [VENV, PACKAGE, Path(sys.base_prefix).resolve()]
+        installed += [SERVING_VENV] if SERVING_VENV.is_dir() else []
         return own + [p for p in dict.fromkeys(installed) if p.is_relative_to("/tmp")]
 
     def host2_hidden(self) -> list[Path]:
@@ -388,11 +395,13 @@ class TwoHosts:
             host.netns_inode = os.stat(f"/run/netns/{host.netns}").st_ino
 
     def _ray_start(self, host: Host) -> list[str]:
+        resources = dict(self.host2_resources) if host is self.host2 else {}
         return [
             str(VENV_BIN / "ray"), "start", "--block",
             f"--node-ip-address={host.address}", f"--num-cpus={self.num_cpus}",
             f"--object-store-memory={self.object_store_mb << 20}",
             f"--temp-dir={host.temp_dir}", "--disable-usage-stats",
+            *([f"--resources={json.dumps(resources)}"] if resources else []),
         ]  # fmt: skip
 
     def _start_host1(self) -> None:

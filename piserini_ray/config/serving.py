@@ -24,6 +24,7 @@ class ServeConfig(StrictModel):
         "replicas",
         "num_cpus",
         "num_gpus",
+        "resources",
         "price_per_replica_hour",
         "startup_timeout",
         "executable",
@@ -43,6 +44,9 @@ class ServeConfig(StrictModel):
     #: What one server takes on its node: Ray places the servers by these.
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
+    #: Custom Ray resources one server takes, e.g. `{accelerator_type:A100: 1}` or a label the
+    #: GPU nodes were started with (`ray start --resources`): only such nodes get servers.
+    resources: dict[str, float] = Field(default_factory=dict)
     #: The engine's own arguments, as its command line takes them (e.g. `["--n_ctx", "8192"]`
     #: for llama.cpp, `["--max-model-len", "32768"]` for vLLM).
     args: list[str] = Field(default_factory=list)

