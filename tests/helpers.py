@@ -32,3 +32,19 @@ def marked_results(stdout: str, marker: str = "RESULT ") -> list[str]:
     a replica line that Ray forwards to the same stdout from another thread (`print` writes the
     text and its newline apart), so the marker is looked for anywhere in a line."""
     return [line.rpartition(marker)[2] for line in stdout.splitlines() if marker in line]
+
+
+def llama_servers() -> dict[int, str]:
+    """Every llama.cpp server process on this machine (llama-cpp-python's, `make serving`):
+    its PID and command line."""
+    from pathlib import Path
+
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"llama_cpp.server" in argv:
+            found[int(cmdline.parent.name)] = b" ".join(argv).decode(errors="replace")
+    return found

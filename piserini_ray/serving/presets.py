@@ -25,53 +25,27 @@ def _python(serve: ServeConfig) -> str:
     return serve.executable or sys.executable
 
 
-def _llama_cpp(serve: ServeConfig, model: str, name: str, host: str, port: int) -> list[str]:
-    return [
-        _python(serve),
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        model,
-        "--model_alias",
-        name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        *serve.args,
-    ]
+def _server(launcher: Callable[[ServeConfig], list[str]], model: str | None, name: str) -> Command:
+    """An engine's command: its launcher, the weights (after the `model` flag, or as the first
+    argument), the name it answers to (after `name`), the address, then `serve.args`."""
+
+    def command(serve: ServeConfig, weights: str, served: str, host: str, port: int) -> list[str]:
+        given = [model, weights] if model else [weights]
+        address = ["--host", host, "--port", str(port)]
+        return [*launcher(serve), *given, name, served, *address, *serve.args]
+
+    return command
 
 
-def _vllm(serve: ServeConfig, model: str, name: str, host: str, port: int) -> list[str]:
-    return [
-        serve.executable or "vllm",
-        "serve",
-        model,
-        "--served-model-name",
-        name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        *serve.args,
-    ]
-
-
-def _sglang(serve: ServeConfig, model: str, name: str, host: str, port: int) -> list[str]:
-    return [
-        _python(serve),
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model,
-        "--served-model-name",
-        name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        *serve.args,
-    ]
+_llama_cpp = _server(
+    lambda serve: [_python(serve), "-m", "llama_cpp.server"], "--model", "--model_alias"
+)
+_vllm = _server(lambda serve: [serve.executable or "vllm", "serve"], None, "--served-model-name")
+_sglang = _server(
+    lambda serve: [_python(serve), "-m", "sglang.launch_server"],
+    "--model-path",
+    "--served-model-name",
+)
 
 
 @dataclass(frozen=True)

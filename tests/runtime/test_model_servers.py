@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import wait_for
+from helpers import llama_servers, wait_for
 
 from piserini_ray.config import load_config
 from piserini_ray.pipeline import run_on_ray
@@ -86,15 +86,7 @@ def test_a_server_no_node_can_hold_is_refused_before_any_query(
 
 def _server_pids() -> list[int]:
     """The llama.cpp servers of gemma3-270m running on this machine."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"llama_cpp.server" in argv and b"gemma3-270m" in argv:
-            found.append(int(cmdline.parent.name))
-    return found
+    return [pid for pid, line in llama_servers().items() if "gemma3-270m" in line]
 
 
 def test_a_server_killed_mid_run_comes_back_and_no_query_is_lost_or_doubled(

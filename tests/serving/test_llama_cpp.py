@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers import llama_servers
 
 from piserini_ray.api import load_config, run
 from piserini_ray.config.serving import ServeConfig
@@ -32,34 +33,21 @@ def serving_python() -> str:
     return str(SERVING_PYTHON)
 
 
-def _servers_running() -> list[str]:
-    """The command lines of every llama.cpp server process on this machine."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"llama_cpp.server" in argv:
-            found.append(b" ".join(argv).decode(errors="replace"))
-    return found
-
-
 def test_the_server_answers_with_its_model_name_then_stops(serving_python: str) -> None:
     serve = ServeConfig(engine="llama.cpp", model=WEIGHTS, executable=serving_python, args=ARGS)
     server = ServerProcess(serve, "gemma3-270m", "this-host")
-    before = set(_servers_running())
+    before = set(llama_servers().values())
     base = server.start()
     assert base == f"http://127.0.0.1:{server.port}/v1"
-    assert len(set(_servers_running()) - before) == 1
+    assert len(set(llama_servers().values()) - before) == 1
     server.stop()
-    assert set(_servers_running()) <= before
+    assert set(llama_servers().values()) <= before
 
 
 def test_a_run_whose_agent_is_served_by_llama_cpp_completes_with_real_tokens_and_its_cost(
     serving_python: str, sample_index: Path, index_root: Path, tmp_path: Path
 ) -> None:
-    before = set(_servers_running())
+    before = set(llama_servers().values())
     config = load_config(
         None,
         {
@@ -92,4 +80,4 @@ def test_a_run_whose_agent_is_served_by_llama_cpp_completes_with_real_tokens_and
     assert summary["cost_usd"] == pytest.approx(served["cost_usd"], abs=1e-4)  # tokens free
     assert "served by the run (llama.cpp)" in summary["pricing_source"]["gemma3-270m"]
     assert "served by llama.cpp:" in (run_dir / "report.md").read_text()
-    assert set(_servers_running()) <= before  # the run stopped its server
+    assert set(llama_servers().values()) <= before  # the run stopped its server
