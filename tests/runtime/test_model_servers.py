@@ -112,3 +112,44 @@ def test_a_server_killed_mid_run_comes_back_and_no_query_is_lost_or_doubled(
     assert summary.statuses.get("failed", 0) == 0, summary.statuses
     assert any("model server 0 of gemma3-270m was restarted 1 time(s)" in m for m in logs), logs
     assert not _server_pids()  # and it stopped with the run
+
+
+def test_a_server_lost_with_its_node_is_placed_again_and_the_calls_in_flight_follow(
+    sample_index: Path, index_root: Path, tmp_path: Path
+) -> None:
+    """SIGKILL to the model server and its actor at once (what a lost node does) once the
+    first answer is recorded: Ray places a new actor, whose server comes up at a new address;
+    the replicas' calls in flight to the old one are retried at the new one
+    (`SearchWorker.redirect`: without it they would spend their retries on the dead address
+    and fail), and every query ends with one record, none failed."""
+    run_dir = tmp_path / "run"
+    records = run_dir / "records.jsonl"
+    killed: list[int] = []
+
+    def kill_the_node_when_the_first_answer_is_in() -> None:
+        wait_for("the first record", lambda: records.exists() and b"\n" in records.read_bytes())
+        for pid in _server_pids():
+            actor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            for doomed in (actor, pid):
+                os.kill(doomed, signal.SIGKILL)
+                killed.append(doomed)
+
+    logs: list[str] = []
+    # Two queries at a time, each a call of seconds: when the first answer is in, the other
+    # query's call is in flight (six at once would all be answered by then).
+    config = load_config(
+        None, {**_served(index_root), "slice.sample": 6, "runtime.max_concurrency": 2}
+    )
+    killer = threading.Thread(target=kill_the_node_when_the_first_answer_is_in, daemon=True)
+    killer.start()
+    (summary,) = run_on_ray([(config, run_dir)], logs.append)
+    killer.join(timeout=60)
+    assert killed, "the server and its actor were never killed"
+    ids = [orjson.loads(line)["query_id"] for line in records.read_bytes().splitlines()]
+    assert len(ids) == 6 and len(set(ids)) == 6  # every query, once
+    assert summary.statuses.get("failed", 0) == 0, summary.statuses
+    lost = [m for m in logs if m.startswith("model server 0 of gemma3-270m at ")]
+    assert len(lost) == 1 and "is lost: its actor died" in lost[0], logs
+    back = [m for m in logs if m.startswith("model server 0 of gemma3-270m is back at")]
+    assert len(back) == 1, logs
+    assert not _server_pids()  # the new server stopped with the run
