@@ -114,6 +114,17 @@ class RunConfig(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _served_judges_run_one_server(self) -> RunConfig:
+        for judge in (self.judge.model, *self.judge.models):
+            if judge is not None and judge.serve is not None and judge.serve.replicas != 1:
+                raise ValueError(
+                    f"judge {judge.name!r}: serve.replicas is {judge.serve.replicas}, but a "
+                    "served judge runs one server (its calls are single turns, sent from the "
+                    "driver): set serve.replicas: 1 and raise judge.concurrency instead"
+                )
+        return self
+
     def judge_model(self) -> ModelConfig:
         if self.judge.models:
             return self.judge.models[0]

@@ -29,9 +29,10 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from piserini_ray.config import ModelConfig
 from piserini_ray.config.serving import ServeConfig
+from piserini_ray.endpoints import StopServers
 from piserini_ray.runtime.readiness import check_feasible
 from piserini_ray.runtime.worker import stamped
-from piserini_ray.serving import ServeError, ServerProcess
+from piserini_ray.serving import ServeError, ServerProcess, served_key
 
 #: Beyond `serve.startup_timeout`, how long the driver waits for an actor's answer (its own
 #: start: Ray placing it, its worker process).
@@ -66,11 +67,6 @@ class ModelServerActor:
         """Stop the server; how long it was up."""
         self.server.stop()
         return self.server.seconds_up()
-
-
-def served_key(model: ModelConfig) -> str:
-    """One set of servers per served model (its name and `serve` block)."""
-    return model.model_dump_json(include={"name", "serve"})
 
 
 @dataclass
@@ -266,3 +262,17 @@ def _answer(ref: Any, timeout: float, what: str) -> dict[str, Any]:
             f"{what} was not placed and up within {timeout:g} s: no node has its resources "
             "free, or its start hangs"
         ) from None
+
+
+def place_on_cluster(model: ModelConfig, log: Callable[[str], None]) -> tuple[str, StopServers]:
+    """A served judge on the cluster (`ModelEndpoints`' `Place` on the Ray engine): its server
+    placed by its resources like an agent's, its address, and how to stop it. (A server that
+    exits comes back at its address; one lost with its node is not placed again: the judging
+    after the run says which verdicts are missing, and `piserini-ray judge` gives them.)"""
+    served = ServedModels([model], log)
+    try:
+        served.start()
+    except BaseException:
+        served.stop()
+        raise
+    return served.first(model), lambda: served.stop()[served_key(model)]

@@ -52,7 +52,7 @@ from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.runtime.metrics import RunExporter
-from piserini_ray.runtime.model_servers import ServedModels, served_key
+from piserini_ray.runtime.model_servers import ServedModels
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
@@ -64,6 +64,7 @@ from piserini_ray.runtime.readiness import (
 from piserini_ray.runtime.relay import relayed
 from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
+from piserini_ray.serving import served_key
 
 if TYPE_CHECKING:
     from piserini_ray.endpoints import ModelEndpoints
