@@ -42,6 +42,7 @@ from piserini_ray.offline.batch_emulator import (
     WINDOW_SECONDS,
     Batch,
     BatchEmulator,
+    FateDraw,
     Line,
     LineRunner,
     dumps,
@@ -105,8 +106,9 @@ class OpenAIBatchEmulator(BatchEmulator):
         run_line: LineRunner,
         codecs: Mapping[str, Codec],
         require_key: bool,
+        fates: FateDraw | None = None,
     ) -> None:
-        super().__init__(config, seed, run_line)
+        super().__init__(config, seed, run_line, fates)
         self.codecs = dict(codecs)  # endpoint -> codec
         self.auth = self.codecs["/v1/chat/completions"]
         self.require_key = require_key

@@ -20,14 +20,11 @@ from helpers import wait_for
 
 import piserini_ray
 from piserini_ray.offline import (
-    FaultRates,
     LatencyConfig,
     OfflineConfig,
-    OfflineProvider,
     PolicyReply,
     PolicyToolCall,
     QuotaConfig,
-    Scripted,
     exact_match_judge_policy,
 )
 from piserini_ray.offline.judge_policy import answers_match, judge, normalize_answer
@@ -38,6 +35,7 @@ from piserini_ray.offline.tokens import (
     count_prompt_tokens,
     count_text_tokens,
 )
+from piserini_ray_testkit import EmulatedProvider, FaultRates, Scripted
 
 # No network here: use litellm's bundled price map instead of retrying a download on import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -89,7 +87,7 @@ def chat_body(messages: list[dict[str, Any]] | None = None, **extra: Any) -> dic
 
 
 def post(
-    provider: OfflineProvider, body: Any, key: str | None = "k1", timeout: float | None = 10
+    provider: EmulatedProvider, body: Any, key: str | None = "k1", timeout: float | None = 10
 ) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = f"{provider.base_url}/chat/completions"
@@ -97,12 +95,12 @@ def post(
 
 
 @pytest.fixture
-def provider() -> Iterator[OfflineProvider]:
-    with OfflineProvider(OfflineConfig(), POLICIES) as running:
+def provider() -> Iterator[EmulatedProvider]:
+    with EmulatedProvider(OfflineConfig(), POLICIES) as running:
         yield running
 
 
-def test_models_list(provider: OfflineProvider) -> None:
+def test_models_list(provider: EmulatedProvider) -> None:
     response = httpx.get(f"{provider.base_url}/models")
     assert response.status_code == 200
     body = response.json()
@@ -117,7 +115,7 @@ def test_default_registry_serves_the_judge() -> None:
 
 def test_request_log_keeps_the_most_recent_only() -> None:
     """Each logged request holds its whole conversation: a long rehearsal keeps the last few."""
-    with OfflineProvider(OfflineConfig(request_log=3), POLICIES) as provider:
+    with EmulatedProvider(OfflineConfig(request_log=3), POLICIES) as provider:
         for i in range(5):
             assert post(provider, chat_body(conversation(f"question {i}"))).status_code == 200
         logged = provider.requests
@@ -145,7 +143,7 @@ def test_serve_blocks_until_ctrl_c() -> None:
             process.wait()
 
 
-def test_tool_call_reply_shape(provider: OfflineProvider) -> None:
+def test_tool_call_reply_shape(provider: EmulatedProvider) -> None:
     first = post(provider, chat_body()).json()
     second = post(provider, chat_body()).json()
     assert first["object"] == "chat.completion" and first["model"] == AGENT
@@ -160,7 +158,7 @@ def test_tool_call_reply_shape(provider: OfflineProvider) -> None:
     assert first["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
 
 
-def test_text_reply_has_stop_and_no_tool_calls(provider: OfflineProvider) -> None:
+def test_text_reply_has_stop_and_no_tool_calls(provider: EmulatedProvider) -> None:
     messages = [
         *conversation(),
         {"role": "assistant", "content": None, "tool_calls": [tool_call("call_9")]},
@@ -172,7 +170,7 @@ def test_text_reply_has_stop_and_no_tool_calls(provider: OfflineProvider) -> Non
     assert not choice["message"].get("tool_calls")
 
 
-def test_unknown_model_is_404(provider: OfflineProvider) -> None:
+def test_unknown_model_is_404(provider: EmulatedProvider) -> None:
     response = post(provider, chat_body(model="gpt-nope"))
     assert response.status_code == 404
     error = response.json()["error"]
@@ -180,7 +178,7 @@ def test_unknown_model_is_404(provider: OfflineProvider) -> None:
     assert "gpt-nope" in error["message"]
 
 
-def test_bad_bodies_are_400(provider: OfflineProvider) -> None:
+def test_bad_bodies_are_400(provider: EmulatedProvider) -> None:
     bad_json = httpx.post(
         f"{provider.base_url}/chat/completions",
         content=b"{not json",
@@ -196,7 +194,7 @@ def test_bad_bodies_are_400(provider: OfflineProvider) -> None:
 
 
 def test_missing_key_is_401_when_required() -> None:
-    with OfflineProvider(OfflineConfig(require_key=True), POLICIES) as provider:
+    with EmulatedProvider(OfflineConfig(require_key=True), POLICIES) as provider:
         response = post(provider, chat_body(), key=None)
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
@@ -208,7 +206,7 @@ def test_missing_key_is_401_when_required() -> None:
     assert "secret-value" not in repr(records)
 
 
-def test_usage_equals_the_token_rule(provider: OfflineProvider) -> None:
+def test_usage_equals_the_token_rule(provider: EmulatedProvider) -> None:
     messages = [
         *conversation(),
         {"role": "assistant", "content": None, "tool_calls": [tool_call("call_a")]},
@@ -264,7 +262,7 @@ def billed_steps(shared: int) -> int:
     return 0 if shared < 1024 else 1024 + (shared - 1024) // 128 * 128
 
 
-def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider) -> None:
+def test_prefix_caching_counts_shared_leading_messages(provider: EmulatedProvider) -> None:
     def convo(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
         return conversation(question, LONG_SYSTEM)
 
@@ -296,7 +294,7 @@ def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider
     assert len(conversations) == 3
 
 
-def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: OfflineProvider) -> None:
+def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: EmulatedProvider) -> None:
     post(provider, chat_body())
     history = [*conversation(), {"role": "assistant", "content": "Paris."}]
     again = post(provider, chat_body([*history, {"role": "user", "content": "And?"}])).json()
@@ -305,7 +303,7 @@ def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: OfflineProvid
 
 
 def test_prefix_caching_can_be_disabled() -> None:
-    with OfflineProvider(OfflineConfig(prefix_caching=False), POLICIES) as provider:
+    with EmulatedProvider(OfflineConfig(prefix_caching=False), POLICIES) as provider:
         post(provider, chat_body())
         usage = post(provider, chat_body()).json()["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
@@ -313,7 +311,7 @@ def test_prefix_caching_can_be_disabled() -> None:
 
 def test_requests_per_minute_quota_is_per_key() -> None:
     config = OfflineConfig(quotas=QuotaConfig(requests_per_minute=2))
-    with OfflineProvider(config, POLICIES) as provider:
+    with EmulatedProvider(config, POLICIES) as provider:
         assert [post(provider, chat_body()).status_code for _ in range(2)] == [200, 200]
         limited = post(provider, chat_body())
         assert limited.status_code == 429
@@ -332,7 +330,7 @@ def test_requests_per_minute_quota_is_per_key() -> None:
 def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
     small = count_prompt_tokens(conversation(), [SEARCH_TOOL])
     config = OfflineConfig(quotas=QuotaConfig(tokens_per_minute=3 * small))
-    with OfflineProvider(config, POLICIES) as provider:
+    with EmulatedProvider(config, POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
         huge = post(provider, chat_body(conversation("word " * (4 * small))))
         assert huge.status_code == 429 and huge.json()["error"]["type"] == "tokens"
@@ -355,7 +353,7 @@ SCRIPTED_ERRORS = [
 
 @pytest.mark.parametrize(("spec", "status", "code"), SCRIPTED_ERRORS, ids=lambda x: str(x)[:24])
 def test_scripted_errors(
-    provider: OfflineProvider, spec: Scripted, status: int, code: str | None
+    provider: EmulatedProvider, spec: Scripted, status: int, code: str | None
 ) -> None:
     provider.script(spec)
     response = post(provider, chat_body())
@@ -371,7 +369,7 @@ def test_scripted_errors(
     assert (first.fault, first.scripted, second.fault) == (spec.kind, True, None)
 
 
-def test_scripted_rate_limits(provider: OfflineProvider) -> None:
+def test_scripted_rate_limits(provider: EmulatedProvider) -> None:
     provider.script(Scripted(kind="rate_limit", retry_after=1.5), Scripted(kind="rate_limit"))
     with_header = post(provider, chat_body())
     assert with_header.status_code == 429 and with_header.headers["Retry-After"] == "1.5"
@@ -381,7 +379,7 @@ def test_scripted_rate_limits(provider: OfflineProvider) -> None:
     assert post(provider, chat_body()).status_code == 200
 
 
-def test_scripted_per_model(provider: OfflineProvider) -> None:
+def test_scripted_per_model(provider: EmulatedProvider) -> None:
     provider.script(Scripted(kind="http_error", status=500, model="offline/exact-match-judge"))
     assert post(provider, chat_body()).status_code == 200
     judge_body = {"model": "offline/exact-match-judge", "messages": conversation()}
@@ -393,7 +391,7 @@ def first_tool_call(response: httpx.Response) -> dict[str, Any]:
     return response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
 
 
-def test_scripted_reply_faults(provider: OfflineProvider) -> None:
+def test_scripted_reply_faults(provider: EmulatedProvider) -> None:
     provider.script(
         Scripted(kind="malformed_arguments"),
         Scripted(kind="unknown_tool"),
@@ -415,14 +413,14 @@ def test_scripted_reply_faults(provider: OfflineProvider) -> None:
     assert faults == ["malformed_arguments", "unknown_tool", "missing_fields", "empty_reply", None]
 
 
-def test_scripted_latency_delays_then_answers(provider: OfflineProvider) -> None:
+def test_scripted_latency_delays_then_answers(provider: EmulatedProvider) -> None:
     provider.script(Scripted(kind="latency", seconds=0.3))
     response = post(provider, chat_body())
     assert response.status_code == 200 and provider.requests[0].fault == "latency"
     assert provider.requests[0].delayed == 0.3
 
 
-def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> None:
+def test_scripted_hang_is_cut_by_client_timeout(provider: EmulatedProvider) -> None:
     provider.script(Scripted(kind="hang", seconds=3600))
     with pytest.raises(httpx.ReadTimeout):
         post(provider, chat_body(), timeout=0.3)
@@ -442,7 +440,7 @@ def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> No
     assert line.prompt_tokens == 2 * hung.usage.prompt_tokens
 
 
-def test_a_request_refused_before_admission_is_not_billed(provider: OfflineProvider) -> None:
+def test_a_request_refused_before_admission_is_not_billed(provider: EmulatedProvider) -> None:
     """A 400 or a 429 is answered before anything runs: nothing on the bill, nothing cut."""
     provider.script(Scripted(kind="rate_limit"))
     assert post(provider, chat_body()).status_code == 429
@@ -455,8 +453,8 @@ def test_a_request_refused_before_admission_is_not_billed(provider: OfflineProvi
 
 
 def test_shutdown_does_not_wait_for_hung_requests() -> None:
-    config = OfflineConfig(faults=FaultRates(hang=1.0))  # every request hangs for an hour
-    provider = OfflineProvider(config, POLICIES).start()
+    hangs = FaultRates(hang=1.0)  # every request hangs for an hour
+    provider = EmulatedProvider(OfflineConfig(), POLICIES, faults=hangs).start()
     errors: list[BaseException] = []
 
     def client() -> None:
@@ -478,10 +476,10 @@ def test_shutdown_does_not_wait_for_hung_requests() -> None:
 
 
 def test_fault_rates_reproduce_with_a_seed() -> None:
-    config = OfflineConfig(seed=7, faults=FaultRates(http_500=0.5, malformed_arguments=0.3))
+    config, faults = OfflineConfig(seed=7), FaultRates(http_500=0.5, malformed_arguments=0.3)
 
     def pattern() -> list[tuple[int, str | None]]:
-        with OfflineProvider(config, POLICIES) as provider:
+        with EmulatedProvider(config, POLICIES, faults=faults) as provider:
             for _ in range(16):
                 post(provider, chat_body())
             return [(r.status or 0, r.fault) for r in provider.requests]
@@ -491,14 +489,14 @@ def test_fault_rates_reproduce_with_a_seed() -> None:
     statuses = {status for status, _ in first}
     assert 200 in statuses and statuses & {500, 502, 503}
     assert "malformed_arguments" in {fault for _, fault in first}
-    other_seed = OfflineConfig(seed=8, faults=config.faults)
-    with OfflineProvider(other_seed, POLICIES) as provider:
+    other_seed = OfflineConfig(seed=8)
+    with EmulatedProvider(other_seed, POLICIES, faults=faults) as provider:
         for _ in range(16):
             post(provider, chat_body())
         assert [(r.status, r.fault) for r in provider.requests] != first
 
 
-def test_reset_clears_log_script_and_cache(provider: OfflineProvider) -> None:
+def test_reset_clears_log_script_and_cache(provider: EmulatedProvider) -> None:
     post(provider, chat_body())
     provider.script(Scripted(kind="http_error"))
     provider.reset()
@@ -510,7 +508,7 @@ def test_reset_clears_log_script_and_cache(provider: OfflineProvider) -> None:
 
 def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
     config = OfflineConfig(latency=LatencyConfig(kind="fixed", seconds=0.4))
-    with OfflineProvider(config, POLICIES) as provider:
+    with EmulatedProvider(config, POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
         assert provider.requests[0].delayed == 0.4
 
@@ -528,12 +526,12 @@ def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
 
 def test_lognormal_latency_is_valid_config() -> None:
     latency = LatencyConfig(kind="lognormal", seconds=0.01, sigma=0.5, max_seconds=0.05)
-    with OfflineProvider(OfflineConfig(latency=latency), POLICIES) as provider:
+    with EmulatedProvider(OfflineConfig(latency=latency), POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
     with pytest.raises(ValueError):
         LatencyConfig(kind="lognormal", seconds=0)
     with pytest.raises(ValueError):
-        OfflineConfig(faults={"http_500": 0.1, "typo": 0.2})
+        FaultRates.model_validate({"http_500": 0.1, "typo": 0.2})
 
 
 # -- the judge policy -------------------------------------------------------------------------
@@ -612,7 +610,7 @@ def test_judge_helpers() -> None:
     assert not answers_match("pear", "apple")
 
 
-def test_judge_through_the_server(provider: OfflineProvider) -> None:
+def test_judge_through_the_server(provider: EmulatedProvider) -> None:
     messages = [
         {"role": "system", "content": "You are a judge."},
         {"role": "user", "content": judge_prompt("**Exact Answer:** Paris", "Paris")},
@@ -637,7 +635,7 @@ def test_judge_through_the_server(provider: OfflineProvider) -> None:
 # -- through litellm, as the framework calls it ------------------------------------------------
 
 
-def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
+def test_litellm_tool_call_and_cached_tokens(provider: EmulatedProvider) -> None:
     import litellm
 
     async def call(messages: list[dict[str, Any]]) -> Any:
@@ -671,7 +669,7 @@ def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
     assert provider.requests[0].key_hash == key_hash("test-key")
 
 
-def test_litellm_sees_scripted_429_with_retry_after(provider: OfflineProvider) -> None:
+def test_litellm_sees_scripted_429_with_retry_after(provider: EmulatedProvider) -> None:
     import litellm
 
     provider.script(Scripted(kind="rate_limit", retry_after=2))
@@ -693,7 +691,7 @@ def test_litellm_sees_scripted_429_with_retry_after(provider: OfflineProvider) -
     assert len(provider.requests) == 1  # litellm did not retry on its own
 
 
-def test_held_requests_wait_unanswered_until_released(provider: OfflineProvider) -> None:
+def test_held_requests_wait_unanswered_until_released(provider: EmulatedProvider) -> None:
     # A test keeps a run in flight with `hold` (to kill a process mid-run) and waits on
     # `wait_held`, an event, instead of a clock.
     provider.hold(after=1)
