@@ -17,13 +17,21 @@ from typing import Any
 import httpx
 import pytest
 from helpers import wait_for
+from offline_chat import (
+    AGENT,
+    POLICIES,
+    SEARCH_TOOL,
+    chat_body,
+    conversation,
+    post,
+    tool_call,
+)
 
 import piserini_ray
 from piserini_ray.offline import (
     LatencyConfig,
     OfflineConfig,
-    PolicyReply,
-    PolicyToolCall,
+    OfflineProvider,
     QuotaConfig,
     exact_match_judge_policy,
 )
@@ -40,67 +48,21 @@ from piserini_ray_testkit import EmulatedProvider, FaultRates, Scripted
 # No network here: use litellm's bundled price map instead of retrying a download on import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-AGENT = "test/agent"
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the corpus.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "reason": {"type": "string"}},
-            "required": ["query", "reason"],
-        },
-    },
-}
 
-
-def agent_policy(request: dict[str, Any]) -> PolicyReply:
-    """Searches for the last user message; answers once a tool result is in the history."""
-    last = request["messages"][-1]
-    if last["role"] == "tool":
-        return PolicyReply(content="Explanation: found it.\nExact Answer: Paris")
-    arguments = json.dumps({"query": last["content"], "reason": "look it up"})
-    return PolicyReply(tool_calls=[PolicyToolCall(name="search", arguments=arguments)])
-
-
-POLICIES = {AGENT: agent_policy, "offline/exact-match-judge": exact_match_judge_policy}
-
-
-def conversation(
-    question: str = "Where is the Louvre?", system: str = "You answer with the search tool."
-) -> list[dict[str, Any]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
-
-
-def tool_call(call_id: str) -> dict[str, Any]:
-    arguments = json.dumps({"query": "louvre", "reason": "find the city"})
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": "search", "arguments": arguments},
-    }
-
-
-def chat_body(messages: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"model": AGENT, "messages": messages or conversation(), "tools": [SEARCH_TOOL]} | extra
-
-
-def post(
-    provider: EmulatedProvider, body: Any, key: str | None = "k1", timeout: float | None = 10
-) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    url = f"{provider.base_url}/chat/completions"
-    return httpx.post(url, json=body, headers=headers, timeout=timeout)
+@pytest.fixture
+def provider() -> Iterator[OfflineProvider]:
+    with OfflineProvider(OfflineConfig(), POLICIES) as running:
+        yield running
 
 
 @pytest.fixture
-def provider() -> Iterator[EmulatedProvider]:
+def emulated() -> Iterator[EmulatedProvider]:
+    """The test kit's provider, for a product behaviour only a scripted fault reaches."""
     with EmulatedProvider(OfflineConfig(), POLICIES) as running:
         yield running
 
 
-def test_models_list(provider: EmulatedProvider) -> None:
+def test_models_list(provider: OfflineProvider) -> None:
     response = httpx.get(f"{provider.base_url}/models")
     assert response.status_code == 200
     body = response.json()
@@ -115,7 +77,7 @@ def test_default_registry_serves_the_judge() -> None:
 
 def test_request_log_keeps_the_most_recent_only() -> None:
     """Each logged request holds its whole conversation: a long rehearsal keeps the last few."""
-    with EmulatedProvider(OfflineConfig(request_log=3), POLICIES) as provider:
+    with OfflineProvider(OfflineConfig(request_log=3), POLICIES) as provider:
         for i in range(5):
             assert post(provider, chat_body(conversation(f"question {i}"))).status_code == 200
         logged = provider.requests
@@ -143,7 +105,7 @@ def test_serve_blocks_until_ctrl_c() -> None:
             process.wait()
 
 
-def test_tool_call_reply_shape(provider: EmulatedProvider) -> None:
+def test_tool_call_reply_shape(provider: OfflineProvider) -> None:
     first = post(provider, chat_body()).json()
     second = post(provider, chat_body()).json()
     assert first["object"] == "chat.completion" and first["model"] == AGENT
@@ -158,7 +120,7 @@ def test_tool_call_reply_shape(provider: EmulatedProvider) -> None:
     assert first["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
 
 
-def test_text_reply_has_stop_and_no_tool_calls(provider: EmulatedProvider) -> None:
+def test_text_reply_has_stop_and_no_tool_calls(provider: OfflineProvider) -> None:
     messages = [
         *conversation(),
         {"role": "assistant", "content": None, "tool_calls": [tool_call("call_9")]},
@@ -170,7 +132,7 @@ def test_text_reply_has_stop_and_no_tool_calls(provider: EmulatedProvider) -> No
     assert not choice["message"].get("tool_calls")
 
 
-def test_unknown_model_is_404(provider: EmulatedProvider) -> None:
+def test_unknown_model_is_404(provider: OfflineProvider) -> None:
     response = post(provider, chat_body(model="gpt-nope"))
     assert response.status_code == 404
     error = response.json()["error"]
@@ -178,7 +140,7 @@ def test_unknown_model_is_404(provider: EmulatedProvider) -> None:
     assert "gpt-nope" in error["message"]
 
 
-def test_bad_bodies_are_400(provider: EmulatedProvider) -> None:
+def test_bad_bodies_are_400(provider: OfflineProvider) -> None:
     bad_json = httpx.post(
         f"{provider.base_url}/chat/completions",
         content=b"{not json",
@@ -194,7 +156,7 @@ def test_bad_bodies_are_400(provider: EmulatedProvider) -> None:
 
 
 def test_missing_key_is_401_when_required() -> None:
-    with EmulatedProvider(OfflineConfig(require_key=True), POLICIES) as provider:
+    with OfflineProvider(OfflineConfig(require_key=True), POLICIES) as provider:
         response = post(provider, chat_body(), key=None)
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
@@ -206,7 +168,7 @@ def test_missing_key_is_401_when_required() -> None:
     assert "secret-value" not in repr(records)
 
 
-def test_usage_equals_the_token_rule(provider: EmulatedProvider) -> None:
+def test_usage_equals_the_token_rule(provider: OfflineProvider) -> None:
     messages = [
         *conversation(),
         {"role": "assistant", "content": None, "tool_calls": [tool_call("call_a")]},
@@ -262,7 +224,7 @@ def billed_steps(shared: int) -> int:
     return 0 if shared < 1024 else 1024 + (shared - 1024) // 128 * 128
 
 
-def test_prefix_caching_counts_shared_leading_messages(provider: EmulatedProvider) -> None:
+def test_prefix_caching_counts_shared_leading_messages(provider: OfflineProvider) -> None:
     def convo(question: str = "Where is the Louvre?") -> list[dict[str, Any]]:
         return conversation(question, LONG_SYSTEM)
 
@@ -294,7 +256,7 @@ def test_prefix_caching_counts_shared_leading_messages(provider: EmulatedProvide
     assert len(conversations) == 3
 
 
-def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: EmulatedProvider) -> None:
+def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: OfflineProvider) -> None:
     post(provider, chat_body())
     history = [*conversation(), {"role": "assistant", "content": "Paris."}]
     again = post(provider, chat_body([*history, {"role": "user", "content": "And?"}])).json()
@@ -303,7 +265,7 @@ def test_a_shared_prefix_under_1024_tokens_is_not_cached(provider: EmulatedProvi
 
 
 def test_prefix_caching_can_be_disabled() -> None:
-    with EmulatedProvider(OfflineConfig(prefix_caching=False), POLICIES) as provider:
+    with OfflineProvider(OfflineConfig(prefix_caching=False), POLICIES) as provider:
         post(provider, chat_body())
         usage = post(provider, chat_body()).json()["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
@@ -311,7 +273,7 @@ def test_prefix_caching_can_be_disabled() -> None:
 
 def test_requests_per_minute_quota_is_per_key() -> None:
     config = OfflineConfig(quotas=QuotaConfig(requests_per_minute=2))
-    with EmulatedProvider(config, POLICIES) as provider:
+    with OfflineProvider(config, POLICIES) as provider:
         assert [post(provider, chat_body()).status_code for _ in range(2)] == [200, 200]
         limited = post(provider, chat_body())
         assert limited.status_code == 429
@@ -330,7 +292,7 @@ def test_requests_per_minute_quota_is_per_key() -> None:
 def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
     small = count_prompt_tokens(conversation(), [SEARCH_TOOL])
     config = OfflineConfig(quotas=QuotaConfig(tokens_per_minute=3 * small))
-    with EmulatedProvider(config, POLICIES) as provider:
+    with OfflineProvider(config, POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
         huge = post(provider, chat_body(conversation("word " * (4 * small))))
         assert huge.status_code == 429 and huge.json()["error"]["type"] == "tokens"
@@ -342,85 +304,8 @@ def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
         assert post(provider, chat_body()).status_code == 429
 
 
-SCRIPTED_ERRORS = [
-    (Scripted(kind="insufficient_quota"), 429, "insufficient_quota"),
-    (Scripted(kind="http_error", status=503), 503, None),
-    (Scripted(kind="auth_error"), 401, "invalid_api_key"),
-    (Scripted(kind="bad_request", message="no such parameter"), 400, None),
-    (Scripted(kind="context_window"), 400, "context_length_exceeded"),
-]
-
-
-@pytest.mark.parametrize(("spec", "status", "code"), SCRIPTED_ERRORS, ids=lambda x: str(x)[:24])
-def test_scripted_errors(
-    provider: EmulatedProvider, spec: Scripted, status: int, code: str | None
-) -> None:
-    provider.script(spec)
-    response = post(provider, chat_body())
-    assert response.status_code == status
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"]
-    if spec.kind == "bad_request":
-        assert error["message"] == "no such parameter"
-    if spec.kind == "context_window":
-        assert "maximum context length" in error["message"]
-    assert post(provider, chat_body()).status_code == 200  # one-shot
-    first, second = provider.requests
-    assert (first.fault, first.scripted, second.fault) == (spec.kind, True, None)
-
-
-def test_scripted_rate_limits(provider: EmulatedProvider) -> None:
-    provider.script(Scripted(kind="rate_limit", retry_after=1.5), Scripted(kind="rate_limit"))
-    with_header = post(provider, chat_body())
-    assert with_header.status_code == 429 and with_header.headers["Retry-After"] == "1.5"
-    assert with_header.json()["error"]["code"] == "rate_limit_exceeded"
-    without = post(provider, chat_body())
-    assert without.status_code == 429 and "Retry-After" not in without.headers
-    assert post(provider, chat_body()).status_code == 200
-
-
-def test_scripted_per_model(provider: EmulatedProvider) -> None:
-    provider.script(Scripted(kind="http_error", status=500, model="offline/exact-match-judge"))
-    assert post(provider, chat_body()).status_code == 200
-    judge_body = {"model": "offline/exact-match-judge", "messages": conversation()}
-    assert post(provider, judge_body).status_code == 500
-    assert post(provider, judge_body).status_code == 200
-
-
-def first_tool_call(response: httpx.Response) -> dict[str, Any]:
-    return response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
-
-
-def test_scripted_reply_faults(provider: EmulatedProvider) -> None:
-    provider.script(
-        Scripted(kind="malformed_arguments"),
-        Scripted(kind="unknown_tool"),
-        Scripted(kind="missing_fields"),
-        Scripted(kind="empty_reply"),
-    )
-    malformed = first_tool_call(post(provider, chat_body()))
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(malformed["arguments"])
-    unknown = first_tool_call(post(provider, chat_body()))
-    assert unknown["name"] == "web_browse"
-    missing = json.loads(first_tool_call(post(provider, chat_body()))["arguments"])
-    assert missing == {"query": "Where is the Louvre?"}
-    empty = post(provider, chat_body()).json()["choices"][0]
-    assert empty["message"]["content"] == "" and not empty["message"].get("tool_calls")
-    assert empty["finish_reason"] == "stop"
-    assert post(provider, chat_body()).json()["choices"][0]["finish_reason"] == "tool_calls"
-    faults = [r.fault for r in provider.requests]
-    assert faults == ["malformed_arguments", "unknown_tool", "missing_fields", "empty_reply", None]
-
-
-def test_scripted_latency_delays_then_answers(provider: EmulatedProvider) -> None:
-    provider.script(Scripted(kind="latency", seconds=0.3))
-    response = post(provider, chat_body())
-    assert response.status_code == 200 and provider.requests[0].fault == "latency"
-    assert provider.requests[0].delayed == 0.3
-
-
-def test_scripted_hang_is_cut_by_client_timeout(provider: EmulatedProvider) -> None:
+def test_scripted_hang_is_cut_by_client_timeout(emulated: EmulatedProvider) -> None:
+    provider = emulated
     provider.script(Scripted(kind="hang", seconds=3600))
     with pytest.raises(httpx.ReadTimeout):
         post(provider, chat_body(), timeout=0.3)
@@ -440,8 +325,9 @@ def test_scripted_hang_is_cut_by_client_timeout(provider: EmulatedProvider) -> N
     assert line.prompt_tokens == 2 * hung.usage.prompt_tokens
 
 
-def test_a_request_refused_before_admission_is_not_billed(provider: EmulatedProvider) -> None:
+def test_a_request_refused_before_admission_is_not_billed(emulated: EmulatedProvider) -> None:
     """A 400 or a 429 is answered before anything runs: nothing on the bill, nothing cut."""
+    provider = emulated
     provider.script(Scripted(kind="rate_limit"))
     assert post(provider, chat_body()).status_code == 429
     for bad in ({"temperature": 9}, {"top_p": -1}, {"service_tier": "cheap"}):
@@ -475,40 +361,9 @@ def test_shutdown_does_not_wait_for_hung_requests() -> None:
         pass
 
 
-def test_fault_rates_reproduce_with_a_seed() -> None:
-    config, faults = OfflineConfig(seed=7), FaultRates(http_500=0.5, malformed_arguments=0.3)
-
-    def pattern() -> list[tuple[int, str | None]]:
-        with EmulatedProvider(config, POLICIES, faults=faults) as provider:
-            for _ in range(16):
-                post(provider, chat_body())
-            return [(r.status or 0, r.fault) for r in provider.requests]
-
-    first = pattern()
-    assert first == pattern()
-    statuses = {status for status, _ in first}
-    assert 200 in statuses and statuses & {500, 502, 503}
-    assert "malformed_arguments" in {fault for _, fault in first}
-    other_seed = OfflineConfig(seed=8)
-    with EmulatedProvider(other_seed, POLICIES, faults=faults) as provider:
-        for _ in range(16):
-            post(provider, chat_body())
-        assert [(r.status, r.fault) for r in provider.requests] != first
-
-
-def test_reset_clears_log_script_and_cache(provider: EmulatedProvider) -> None:
-    post(provider, chat_body())
-    provider.script(Scripted(kind="http_error"))
-    provider.reset()
-    assert provider.requests == []
-    response = post(provider, chat_body())
-    assert response.status_code == 200
-    assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-
-
 def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
     config = OfflineConfig(latency=LatencyConfig(kind="fixed", seconds=0.4))
-    with EmulatedProvider(config, POLICIES) as provider:
+    with OfflineProvider(config, POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
         assert provider.requests[0].delayed == 0.4
 
@@ -526,12 +381,10 @@ def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
 
 def test_lognormal_latency_is_valid_config() -> None:
     latency = LatencyConfig(kind="lognormal", seconds=0.01, sigma=0.5, max_seconds=0.05)
-    with EmulatedProvider(OfflineConfig(latency=latency), POLICIES) as provider:
+    with OfflineProvider(OfflineConfig(latency=latency), POLICIES) as provider:
         assert post(provider, chat_body()).status_code == 200
     with pytest.raises(ValueError):
         LatencyConfig(kind="lognormal", seconds=0)
-    with pytest.raises(ValueError):
-        FaultRates.model_validate({"http_500": 0.1, "typo": 0.2})
 
 
 # -- the judge policy -------------------------------------------------------------------------
@@ -610,7 +463,7 @@ def test_judge_helpers() -> None:
     assert not answers_match("pear", "apple")
 
 
-def test_judge_through_the_server(provider: EmulatedProvider) -> None:
+def test_judge_through_the_server(provider: OfflineProvider) -> None:
     messages = [
         {"role": "system", "content": "You are a judge."},
         {"role": "user", "content": judge_prompt("**Exact Answer:** Paris", "Paris")},
@@ -635,7 +488,7 @@ def test_judge_through_the_server(provider: EmulatedProvider) -> None:
 # -- through litellm, as the framework calls it ------------------------------------------------
 
 
-def test_litellm_tool_call_and_cached_tokens(provider: EmulatedProvider) -> None:
+def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
     import litellm
 
     async def call(messages: list[dict[str, Any]]) -> Any:
@@ -667,42 +520,3 @@ def test_litellm_tool_call_and_cached_tokens(provider: EmulatedProvider) -> None
     shared = tools + sum(count_message_tokens(m) for m in long)
     assert second.usage.prompt_tokens_details.cached_tokens == billed_steps(shared) > 0
     assert provider.requests[0].key_hash == key_hash("test-key")
-
-
-def test_litellm_sees_scripted_429_with_retry_after(provider: EmulatedProvider) -> None:
-    import litellm
-
-    provider.script(Scripted(kind="rate_limit", retry_after=2))
-
-    async def call() -> Any:
-        return await litellm.acompletion(
-            model=f"openai/{AGENT}",
-            api_base=provider.base_url,
-            api_key="test-key",
-            messages=conversation(),
-            num_retries=0,
-        )
-
-    with pytest.raises(litellm.RateLimitError) as caught:
-        asyncio.run(call())
-    error = caught.value
-    headers = getattr(error, "litellm_response_headers", None) or error.response.headers
-    assert headers.get("retry-after") == "2"
-    assert len(provider.requests) == 1  # litellm did not retry on its own
-
-
-def test_held_requests_wait_unanswered_until_released(provider: EmulatedProvider) -> None:
-    # A test keeps a run in flight with `hold` (to kill a process mid-run) and waits on
-    # `wait_held`, an event, instead of a clock.
-    provider.hold(after=1)
-    assert post(provider, chat_body()).status_code == 200  # answered before the gate closed
-    replies: list[httpx.Response] = []
-    late = threading.Thread(target=lambda: replies.append(post(provider, chat_body(), timeout=60)))
-    late.start()
-    assert provider.wait_held(1, timeout=30) and provider.held == 1
-    assert not replies and len(provider.requests) == 1  # held: neither answered nor logged
-    provider.release()
-    late.join(30)
-    assert [r.status_code for r in replies] == [200] and provider.held == 0
-    assert post(provider, chat_body()).status_code == 200  # released: every later one too
-    assert len(provider.requests) == 3
