@@ -178,3 +178,22 @@ def test_the_settings_refuse_unknown_kinds_and_impossible_fates() -> None:
         BatchFates(error_rate=0.6, expire_rate=0.5)
     with pytest.raises(ValueError):
         Scripted(kind="latency")  # a scripted latency needs seconds
+
+
+def test_the_kit_is_in_no_wheel_and_the_products_provider_has_no_test_hooks() -> None:
+    import tomllib
+    from pathlib import Path
+
+    from setuptools import find_packages
+
+    from piserini_ray.config import OfflineConfig as ProductConfig
+    from piserini_ray.offline import OfflineProvider
+
+    root = Path(__file__).resolve().parents[2]
+    found = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(root), include=found["packages"]["find"]["include"])
+    assert "piserini_ray" in packages and not [p for p in packages if "testkit" in p]
+    hooks = ("script", "hold", "release", "wait_held", "held", "reset")
+    assert [h for h in hooks if hasattr(OfflineProvider, h)] == []
+    assert all(hasattr(EmulatedProvider, h) for h in hooks)
+    assert not {"faults", "hang_seconds"} & set(ProductConfig.model_fields)
