@@ -28,6 +28,7 @@ class RecordedRequest:
     #: Fault or scripted kind applied (e.g. "http_500", "rate_limit", "quota" for a request a
     #: quota window refused), None for a normal reply.
     fault: str | None = None
+    #: Answered by a scripted behaviour of an interceptor (the test kit's `EmulatedProvider`).
     scripted: bool = False
     key_hash: str | None = None
     conversation: str | None = None
@@ -44,8 +45,9 @@ class RecordedRequest:
     #: The client left (or the server stopped) after the request was admitted: it is billed
     #: its prompt as uncached input and nothing else, as a provider bills a request it began.
     cut: bool = False
-    #: When it arrived (epoch seconds), and the Retry-After header its reply carried: a test
-    #: checks that a client came back no earlier than it was told, from the server's own clock.
+    #: When it arrived (epoch seconds), and the Retry-After header a scripted rate limit's reply
+    #: carried: a test checks that a client came back no earlier than it was told, from the
+    #: server's own clock.
     received_at: float = field(default_factory=time.time)
     retry_after: str | None = None
 
