@@ -96,7 +96,7 @@ class RunConfig(StrictModel):
     model: ModelConfig = ModelConfig()
     retry: RetryConfig = RetryConfig()
     agent: AgentConfig = AgentConfig()
-    #: The loopback provider started for offline models (latency, quotas, faults, seed).
+    #: The loopback provider started for offline models (latency, quotas, aliases, seed).
     offline: OfflineConfig = OfflineConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     judge: JudgeConfig = JudgeConfig()
