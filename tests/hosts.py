@@ -92,6 +92,8 @@ from pathlib import Path
 import piserini_ray
 
 VENV_BIN = Path(sys.executable).parent
+#: The checkout: the test kit's home (`piserini_ray_testkit/`).
+REPOSITORY = Path(__file__).resolve().parents[1]
 #: The virtual environment, and the package it imports (an editable install points at the
 #: checkout): what a real node has installed, so host 2 sees them wherever they are.
 VENV = Path(sys.prefix)
@@ -306,9 +308,13 @@ class TwoHosts:
         return self.host1.netns, self.host2.netns
 
     def host1_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Host 1's environment (the test's, `head_env`, Ray's switches), plus `env`."""
+        """Host 1's environment (the test's, `head_env`, Ray's switches), plus `env`. Its
+        drivers import the test kit from the checkout (`REPOSITORY`), as pytest does: no wheel
+        ships it."""
         base = {k: v for k, v in os.environ.items() if k not in DROPPED}
+        kit = os.pathsep.join(filter(None, [str(REPOSITORY), base.get("PYTHONPATH", "")]))
         return base | RAY_SWITCHES | {
+            "PYTHONPATH": kit,
             "PISERINI_RAY_HOME": str(self.piserini_home[0]),
             "RAY_AUTH_TOKEN_PATH": str(self.token_files[0]),
         } | {**self.head_env, **(env or {})}  # fmt: skip

@@ -183,22 +183,25 @@ elif mode == "extra":
         out["requests"] = [len(own.requests), len(other.requests)]
 elif mode == "gated":
     from piserini_ray.offline import OfflineConfig, OfflineProvider
+    from piserini_ray.offline.hooks import Interceptor, Ticket
 
     asked, gate = data / f"{name}.asked", data / f"{name}.open"
-    served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
-    with OfflineProvider(served) as provider:
-        delay = provider._app._delay
 
-        async def gated(spec, record):
+    class GatedTicket(Ticket):
+        async def delay(self, record):
             """A query's first request waits for the test to open the gate (the checks do
             not): the run is going, with its replicas up, until then."""
             if CHECK_PROMPT not in json.dumps(record.messages):
                 asked.touch()
                 while not gate.exists():
                     await asyncio.sleep(0.1)
-            await delay(spec, record)
 
-        provider._app._delay = gated
+    class Gated(Interceptor):
+        def ticket(self, parsed, record):
+            return GatedTicket()
+
+    served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
+    with OfflineProvider(served, interceptor=Gated()) as provider:
         config |= {
             "model": model(provider.base_url, name="gpt-5.4-mini"),
             "benchmark": {"source": "jsonl", "name": "canary",
