@@ -111,8 +111,24 @@ def backends_markdown(runs: Sequence[RunMetrics]) -> list[str]:
 
 
 def markdown_report(runs: Sequence[RunMetrics]) -> str:
-    lines = ["# piserini_ray report", ""]
-    lines += [
+    """The runs' markdown report: the table of every run, the paper's reference rows for
+    BrowseComp-Plus, the backends and decisions when they differ, then a section per run."""
+    lines = ["# piserini_ray report", "", *_runs_table(runs)]
+    if any(m.benchmark.startswith("browsecomp-plus") for m in runs):
+        lines += ["", *_paper_table()]
+    if len({m.backend for m in runs}) > 1:
+        lines += ["", *backends_markdown(runs)]
+    decided = [(m.run_dir, m.decision) for m in runs if m.decision is not None]
+    if len(runs) > 1 and decided:
+        lines += ["", *decisions_markdown(decided)]
+    for m in runs:
+        lines += _run_section(m)
+    return "\n".join(lines) + "\n"
+
+
+def _runs_table(runs: Sequence[RunMetrics]) -> list[str]:
+    """The runs side by side, a row each."""
+    lines = [
         "| run | model | judge | queries | accuracy % [95% CI] | surfaced ev. recall % | "
         "previewed % | behavior % | CE (piserini) | CE (browsecomp-plus) | cost |",
         "|---|---|---|---:|---|---|---|---|---:|---:|---:|",
@@ -126,106 +142,125 @@ def markdown_report(runs: Sequence[RunMetrics]) -> str:
             f"{_num(m.calibration_error['piserini'])} | "
             f"{_num(m.calibration_error['browsecomp-plus'])} | {_num(m.cost_usd, '${:,.2f}')} |"
         )
-    if any(m.benchmark.startswith("browsecomp-plus") for m in runs):
+    return lines
+
+
+def _paper_table() -> list[str]:
+    """The paper's reference rows (BrowseComp-Plus runs only): not measured here."""
+    return [
+        "Reference rows from the paper (BrowseComp-Plus, 830 queries, k1=25, b=1, "
+        "depth 1000, T=300 s), not measured here:",
+        "",
+        "| reference | accuracy % | surfaced ev. % | previewed % | behavior % | CE | cost |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *("| " + " | ".join(row) + " |" for row in PAPER_ROWS),
+    ]
+
+
+def _run_section(m: RunMetrics) -> list[str]:
+    """One run's section: its settings, accuracy and calibration, recall, depth curve, tools,
+    tokens and cost, then its budget, panel and judges' agreement when it has them."""
+    lines = [
+        "",
+        f"## {m.run_dir}",
+        "",
+        _settings_line(m),
+        *imported_markdown(m),
+        "",
+        _accuracy_paragraph(m),
+        "",
+        "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
+        "|---|---|---|---|---|",
+    ]
+    for name, figures in m.recall.items():
+        lines.append(
+            f"| {name} | {_pct(figures['evidence'].macro)} | {_pct(figures['evidence'].micro)} "
+            f"| {_pct(figures['gold'].macro)} | {_pct(figures['gold'].micro)} |"
+        )
+    lines += ["", _depth_line(m), "", _usage_line(m)]
+    if m.calls_without_usage:
         lines += [
             "",
-            "Reference rows from the paper (BrowseComp-Plus, 830 queries, k1=25, b=1, "
-            "depth 1000, T=300 s), not measured here:",
-            "",
-            "| reference | accuracy % | surfaced ev. % | previewed % | behavior % | CE | cost |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            f"**Warning: {m.calls_without_usage} calls reported no usage; cost is a lower "
+            "bound** (their tokens are unknown and counted as 0).",
         ]
-        lines += ["| " + " | ".join(row) + " |" for row in PAPER_ROWS]
-    if len({m.backend for m in runs}) > 1:
-        lines += ["", *backends_markdown(runs)]
-    decided = [(m.run_dir, m.decision) for m in runs if m.decision is not None]
-    if len(runs) > 1 and decided:
-        lines += ["", *decisions_markdown(decided)]
-    for m in runs:
-        lines += [
-            "",
-            f"## {m.run_dir}",
-            "",
-            f"Config {m.config_hash}, model {m.model}, judge {m.judge}, "
-            + (
-                f"{m.retrieval or _bm25(m)}, budget {m.budget_seconds:g} s, "
-                if m.imported_run is None  # an imported run's settings are its files' (below)
-                else "settings as its files state them (below), "
-            )
-            + f"{m.queries} queries: "
-            + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
-            + f"; judge failures {m.judge_failed}.",
-            *imported_markdown(m),
-            "",
-            f"Accuracy: {_pct(m.accuracy)} of all {m.queries} queries (timeouts and failures "
-            "count as wrong)"
-            + (
-                ""
-                if m.accuracy_final or m.accuracy_judged is None
-                else f"; **not final**: {m.pending_verdicts} queries have no verdict yet (judge "
-                f"failures are judged again by the next `judge`), {_pct(m.accuracy_judged)} of "
-                f"the {m.accuracy_judged.queries} judged"
-            )
-            + f". Over completed queries: {_pct(m.accuracy_completed)} "
-            f"({m.accuracy_completed.queries} queries). Calibration error: "
-            f"piserini convention (default; the {m.calibration_queries} completed queries with "
-            "a verdict, the agent's last stated confidence) "
-            f"{_num(m.calibration_error['piserini'])}"
-            + (
-                " (Pi-Serini's own report prints it only from 100 queries)"
-                if m.calibration_queries < 100
-                else ""
-            )
-            + f", browsecomp-plus convention (the {m.calibration_queries_browsecomp_plus} "
-            "answers the judge read, the agent's stated confidence as their grader extracts "
-            f"it) {_num(m.calibration_error['browsecomp-plus'])}"
-            + (
-                " (undefined under 200 answers)"
-                if m.calibration_queries_browsecomp_plus < 200
-                else ""
-            )
-            + f". {_judge_calibration(m)}"
-            + (
-                "" if m.decision is None else f"\n\nStop when decided: {decision_text(m.decision)}."
-            ),
-            "",
-            "| set | evidence macro % | evidence micro % | gold macro % | gold micro % |",
-            "|---|---|---|---|---|",
-        ]
-        for name, figures in m.recall.items():
-            lines.append(
-                f"| {name} | {_pct(figures['evidence'].macro)} | {_pct(figures['evidence'].micro)} "
-                f"| {_pct(figures['gold'].macro)} | {_pct(figures['gold'].micro)} |"
-            )
-        lines += [
-            "",
-            "Depth curve (surfaced recall, macro %): "
-            + ", ".join(
-                f"k={k}: {_num(None if v is None else 100 * v)}"
-                for k, v in m.depth_curve["evidence"].items()
-            )
-            + " (evidence); "
-            + ", ".join(
-                f"k={k}: {_num(None if v is None else 100 * v)}"
-                for k, v in m.depth_curve["gold"].items()
-            )
-            + " (gold).",
-            "",
-            "Tool calls per query: "
-            + ", ".join(f"{k} {v}" for k, v in m.tool_calls_per_query.items())
-            + f". {_tokens(m)}. Cost {_cost(m)} "
-            f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}.",
-        ]
-        if m.calls_without_usage:
-            lines += [
-                "",
-                f"**Warning: {m.calls_without_usage} calls reported no usage; cost is a lower "
-                "bound** (their tokens are unknown and counted as 0).",
-            ]
-        if m.budget is not None:
-            lines += ["", budget_markdown(m.budget, m.termination).rstrip("\n")]
-        if m.panel is not None:
-            lines += ["", panel_markdown(m.panel).rstrip("\n")]
-        if m.judge_agreement:
-            lines += ["", agreement_markdown(m.judge_agreement).rstrip("\n")]
-    return "\n".join(lines) + "\n"
+    if m.budget is not None:
+        lines += ["", budget_markdown(m.budget, m.termination).rstrip("\n")]
+    if m.panel is not None:
+        lines += ["", panel_markdown(m.panel).rstrip("\n")]
+    if m.judge_agreement:
+        lines += ["", agreement_markdown(m.judge_agreement).rstrip("\n")]
+    return lines
+
+
+def _settings_line(m: RunMetrics) -> str:
+    """The run's config, model, judge, retrieval and budget, and its queries by status."""
+    return (
+        f"Config {m.config_hash}, model {m.model}, judge {m.judge}, "
+        + (
+            f"{m.retrieval or _bm25(m)}, budget {m.budget_seconds:g} s, "
+            if m.imported_run is None  # an imported run's settings are its files' (below)
+            else "settings as its files state them (below), "
+        )
+        + f"{m.queries} queries: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(m.statuses.items()))
+        + f"; judge failures {m.judge_failed}."
+    )
+
+
+def _accuracy_paragraph(m: RunMetrics) -> str:
+    """Accuracy (final or not), over completed queries, and both calibration conventions."""
+    return (
+        f"Accuracy: {_pct(m.accuracy)} of all {m.queries} queries (timeouts and failures "
+        "count as wrong)"
+        + (
+            ""
+            if m.accuracy_final or m.accuracy_judged is None
+            else f"; **not final**: {m.pending_verdicts} queries have no verdict yet (judge "
+            f"failures are judged again by the next `judge`), {_pct(m.accuracy_judged)} of "
+            f"the {m.accuracy_judged.queries} judged"
+        )
+        + f". Over completed queries: {_pct(m.accuracy_completed)} "
+        f"({m.accuracy_completed.queries} queries). Calibration error: "
+        f"piserini convention (default; the {m.calibration_queries} completed queries with "
+        "a verdict, the agent's last stated confidence) "
+        f"{_num(m.calibration_error['piserini'])}"
+        + (
+            " (Pi-Serini's own report prints it only from 100 queries)"
+            if m.calibration_queries < 100
+            else ""
+        )
+        + f", browsecomp-plus convention (the {m.calibration_queries_browsecomp_plus} "
+        "answers the judge read, the agent's stated confidence as their grader extracts "
+        f"it) {_num(m.calibration_error['browsecomp-plus'])}"
+        + (" (undefined under 200 answers)" if m.calibration_queries_browsecomp_plus < 200 else "")
+        + f". {_judge_calibration(m)}"
+        + ("" if m.decision is None else f"\n\nStop when decided: {decision_text(m.decision)}.")
+    )
+
+
+def _depth_line(m: RunMetrics) -> str:
+    """Surfaced recall at each depth, evidence then gold."""
+    return (
+        "Depth curve (surfaced recall, macro %): "
+        + ", ".join(
+            f"k={k}: {_num(None if v is None else 100 * v)}"
+            for k, v in m.depth_curve["evidence"].items()
+        )
+        + " (evidence); "
+        + ", ".join(
+            f"k={k}: {_num(None if v is None else 100 * v)}"
+            for k, v in m.depth_curve["gold"].items()
+        )
+        + " (gold)."
+    )
+
+
+def _usage_line(m: RunMetrics) -> str:
+    """Tool calls per query, tokens, the run's and the judge's cost, where prices came from."""
+    return (
+        "Tool calls per query: "
+        + ", ".join(f"{k} {v}" for k, v in m.tool_calls_per_query.items())
+        + f". {_tokens(m)}. Cost {_cost(m)} "
+        f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}."
+    )

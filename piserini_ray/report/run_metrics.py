@@ -11,6 +11,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -333,8 +334,37 @@ def aggregate(
     """The reduce step: every figure of the run from its queries' facts (and, for a model the
     run serves, the server-seconds charged to it: `served`)."""
     seed = config.judge.seed
-    judge = config.judge_model().name
     facts = sorted(facts, key=lambda f: f.position)
+    unavailable = _unavailable(facts)
+    return RunMetrics(
+        run_dir=str(run_dir),
+        config_hash=config.config_hash(),
+        benchmark=config.benchmark.display_name(),
+        model=config.model.name,
+        judge=config.judge_model().name,
+        queries=len(facts),
+        statuses=dict(Counter(f.status for f in facts)),
+        judge_failed=sum(1 for f in facts if f.verdict == "judge_failed"),
+        judge_template=config.judge.template,
+        **_accuracy_fields(facts, seed),
+        **_recall_fields(facts, unavailable, seed),
+        **_usage_fields(config, facts, judgements, pricing, served, unavailable),
+        budget_seconds=config.agent.budget_seconds,
+        termination=_policy(config),
+        budget=None if "budget" in unavailable else budget_analysis(facts),
+        bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
+        backend=config.retrieval.backend,
+        depth=config.retrieval.depth,
+        retrieval=config.retrieval.describe(),
+        unavailable=unavailable,
+        imported_from=sorted({f"{f.imported[0]} ({f.imported[1]})" for f in facts if f.imported}),
+        imported_run=read_imported(run_dir),
+    )
+
+
+def _accuracy_fields(facts: list[QueryFacts], seed: int) -> dict[str, Any]:
+    """Accuracy (of all queries, of those judged, of the completed ones) and the calibration
+    error under both conventions, with the queries each covers."""
     judged = [f for f in facts if f.verdict == "judged"]
     right = [bool(f.correct) for f in judged]
     scored = [1.0 if f.verdict == "judged" and f.correct else 0.0 for f in facts]
@@ -351,8 +381,28 @@ def aggregate(
         ),
     }
     assert set(calibration) == set(CONVENTIONS)
+    return {
+        "accuracy": _estimate(scored, seed),
+        "accuracy_judged": _estimate([1.0 if c else 0.0 for c in right], seed)
+        if len(judged) < len(facts)
+        else None,
+        "accuracy_final": len(judged) == len(facts),
+        "pending_verdicts": len(facts) - len(judged),
+        "accuracy_completed": _estimate(
+            [x for x, f in zip(scored, facts, strict=True) if f.status == "completed"], seed
+        ),
+        "calibration_queries": len(calibrated),
+        "calibration_queries_browsecomp_plus": len(bcp),
+        "calibration_error": calibration,
+    }
+
+
+def _recall_fields(
+    facts: list[QueryFacts], unavailable: dict[str, str], seed: int
+) -> dict[str, Any]:
+    """Recall of each document set (evidence and gold) and the surfaced depth curve; n/a
+    where the run's format does not record them."""
     kinds = ("evidence", "gold")
-    unavailable = _unavailable(facts)
     recall = {
         name: {
             kind: RecallFigures(macro=_NONE, micro=_NONE)
@@ -371,6 +421,19 @@ def aggregate(
         }
         for kind in kinds
     }
+    return {"recall": recall, "depth_curve": depth}
+
+
+def _usage_fields(
+    config: RunConfig,
+    facts: list[QueryFacts],
+    judgements: dict[str, Judgement],
+    pricing: PricingTable,
+    served: Sequence[ServedTime],
+    unavailable: dict[str, str],
+) -> dict[str, Any]:
+    """Tool calls, tokens and cost (the run's, served hours included, and its judge's), and
+    where each model's prices came from."""
     n = max(1, len(facts))
     tools: Counter[str] = Counter()
     for f in facts:
@@ -384,61 +447,28 @@ def aggregate(
     hours = served_cost(served)
     served_usd = hours.cost_usd if hours is not None else 0.0
     tokens_cost = sum(price.cost(f.usage) for f in facts) if price else None
-    return RunMetrics(
-        run_dir=str(run_dir),
-        config_hash=config.config_hash(),
-        benchmark=config.benchmark.display_name(),
-        model=config.model.name,
-        judge=judge,
-        queries=len(facts),
-        statuses=dict(Counter(f.status for f in facts)),
-        judge_failed=sum(1 for f in facts if f.verdict == "judge_failed"),
-        accuracy=_estimate(scored, seed),
-        accuracy_judged=_estimate([1.0 if c else 0.0 for c in right], seed)
-        if len(judged) < len(facts)
-        else None,
-        accuracy_final=len(judged) == len(facts),
-        pending_verdicts=len(facts) - len(judged),
-        accuracy_completed=_estimate(
-            [x for x, f in zip(scored, facts, strict=True) if f.status == "completed"], seed
-        ),
-        calibration_queries=len(calibrated),
-        calibration_queries_browsecomp_plus=len(bcp),
-        judge_template=config.judge.template,
-        calibration_error=calibration,
-        recall=recall,
-        depth_curve=depth,
-        tool_calls_per_query={k: round(v / n, 3) for k, v in sorted(tools.items())}
+    return {
+        "tool_calls_per_query": {k: round(v / n, 3) for k, v in sorted(tools.items())}
         | {"total": round(sum(tools.values()) / n, 3)},
-        tokens_total=total if usage else None,
-        tokens_median_per_query=statistics.median(
+        "tokens_total": total if usage else None,
+        "tokens_median_per_query": statistics.median(
             [f.usage.input_tokens + f.usage.output_tokens for f in facts] or [0]
         )
         if usage
         else None,
-        cached_token_ratio=round(total.cached_tokens / max(1, total.input_tokens), 4)
+        "cached_token_ratio": round(total.cached_tokens / max(1, total.input_tokens), 4)
         if usage
         else None,
-        cost_usd=None if tokens_cost is None else round(tokens_cost + served_usd, 4),
-        served=hours,
-        cost_estimated_usd=round(sum(price.estimated_cost(f.usage) for f in facts), 4)
+        "cost_usd": None if tokens_cost is None else round(tokens_cost + served_usd, 4),
+        "served": hours,
+        "cost_estimated_usd": round(sum(price.estimated_cost(f.usage) for f in facts), 4)
         if price
         else None,
-        calls_usage_estimated=sum(f.calls_usage_estimated for f in facts),
-        calls_without_usage=sum(f.calls_without_usage for f in facts),
-        judge_cost_usd=round(judge_price.cost(judge_usage), 4) if judge_price else None,
-        pricing_source={
+        "calls_usage_estimated": sum(f.calls_usage_estimated for f in facts),
+        "calls_without_usage": sum(f.calls_without_usage for f in facts),
+        "judge_cost_usd": round(judge_price.cost(judge_usage), 4) if judge_price else None,
+        "pricing_source": {
             m.name: served_source(m) if m.serve else pricing.source(m.name, m.service_tier)
             for m in (config.model, config.judge_model())
         },
-        budget_seconds=config.agent.budget_seconds,
-        termination=_policy(config),
-        budget=None if "budget" in unavailable else budget_analysis(facts),
-        bm25={"k1": config.retrieval.bm25.k1, "b": config.retrieval.bm25.b},
-        backend=config.retrieval.backend,
-        depth=config.retrieval.depth,
-        retrieval=config.retrieval.describe(),
-        unavailable=unavailable,
-        imported_from=sorted({f"{f.imported[0]} ({f.imported[1]})" for f in facts if f.imported}),
-        imported_run=read_imported(run_dir),
-    )
+    }
