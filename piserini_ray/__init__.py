@@ -9,6 +9,18 @@ The public API (everything in `__all__`; the rest of the package is internal):
   report; `stop_when_decided` in the file stops each run once its comparison is decided;
 - `judge(run_dirs)`: judge what is not judged yet, then report; returns a `Report`;
 - `report(run_dirs, out=None)`: report runs side by side from their verdicts; a `Report`;
+- `check_models(config)`: one tiny request to each model of a run, nothing run;
+- `estimate(config)`: a seeded pilot of the slice and the whole slice's projected cost and
+  makespan (a `PilotEstimate`);
+- analyses of finished runs, nothing called: `compare(reference, others)` (a `PairedReport`),
+  `leaderboard(run_dirs)` (a `LeaderboardReport`), `power(run_dir)` (a `PowerReport`);
+  `read_records(run_dir)`: a run's `QueryRecord`s;
+- retrieval without the agent: `build_index(config)` (a `BuiltIndex`), `build_dense_index`,
+  `tool_session(config)` (the agent's tools, to call by hand), `tune_bm25(config)` (a
+  `BM25Grid`), `backends_at_best(config, grid)`, `retrieval_eval(config)` (a
+  `RetrievalEval`);
+- `ask(config, query)`: one query in this process, its trajectory as it happens, recorded
+  nowhere;
 - the types a user reads back: `RunConfig`, `QueryRecord` (a line of `records.jsonl`),
   `Judgement` (a line of `judgements/<judge>.jsonl`), `RunManifest` (`manifest.json`),
   `RunSummary` (what a run prints before judging), `RunMetrics` (`summary.json`), `Report`,
@@ -39,7 +51,33 @@ _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # checkers treat any constant of this name the same way (and check that these imports resolve).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from piserini_ray.api import judge, load_config, report, run, run_sweep
+    from piserini_ray.api import (
+        BM25Grid,
+        BuiltIndex,
+        LeaderboardReport,
+        PairedReport,
+        PilotEstimate,
+        PowerReport,
+        RetrievalEval,
+        ask,
+        backends_at_best,
+        build_dense_index,
+        build_index,
+        check_models,
+        compare,
+        estimate,
+        judge,
+        leaderboard,
+        load_config,
+        power,
+        read_records,
+        report,
+        retrieval_eval,
+        run,
+        run_sweep,
+        tool_session,
+        tune_bm25,
+    )
     from piserini_ray.config import RunConfig
     from piserini_ray.engine_contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
@@ -55,6 +93,26 @@ _WHERE = {
     "run_sweep": "piserini_ray.api",
     "judge": "piserini_ray.api",
     "report": "piserini_ray.api",
+    "check_models": "piserini_ray.api",
+    "estimate": "piserini_ray.api",
+    "compare": "piserini_ray.api",
+    "leaderboard": "piserini_ray.api",
+    "power": "piserini_ray.api",
+    "read_records": "piserini_ray.api",
+    "build_index": "piserini_ray.api",
+    "build_dense_index": "piserini_ray.api",
+    "tool_session": "piserini_ray.api",
+    "tune_bm25": "piserini_ray.api",
+    "backends_at_best": "piserini_ray.api",
+    "retrieval_eval": "piserini_ray.api",
+    "ask": "piserini_ray.api",
+    "PilotEstimate": "piserini_ray.api",
+    "PairedReport": "piserini_ray.api",
+    "LeaderboardReport": "piserini_ray.api",
+    "PowerReport": "piserini_ray.api",
+    "BuiltIndex": "piserini_ray.api",
+    "BM25Grid": "piserini_ray.api",
+    "RetrievalEval": "piserini_ray.api",
     "RunConfig": "piserini_ray.config",
     "QueryRecord": "piserini_ray.records",
     "Judgement": "piserini_ray.records",
@@ -69,23 +127,43 @@ _WHERE = {
 }
 
 __all__ = [
+    "BM25Grid",
+    "BuiltIndex",
     "ConfigError",
     "DataError",
     "EpochsReport",
     "Judgement",
+    "LeaderboardReport",
+    "PairedReport",
+    "PilotEstimate",
     "PiseriniRayError",
+    "PowerReport",
     "QueryRecord",
     "Report",
+    "RetrievalEval",
     "RunConfig",
     "RunManifest",
     "RunMetrics",
     "RunSummary",
     "__version__",
+    "ask",
+    "backends_at_best",
+    "build_dense_index",
+    "build_index",
+    "check_models",
+    "compare",
+    "estimate",
     "judge",
+    "leaderboard",
     "load_config",
+    "power",
+    "read_records",
     "report",
+    "retrieval_eval",
     "run",
     "run_sweep",
+    "tool_session",
+    "tune_bm25",
 ]
 
 

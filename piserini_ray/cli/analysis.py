@@ -32,50 +32,38 @@ def cmd_pricing_check(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of runs against the first, over the queries they share (no model is
     called: each run's own judge's verdicts)."""
-    from piserini_ray.pipeline import compare
-    from piserini_ray.report.paired import paired_markdown
+    from piserini_ray import api
 
     if len(args.run_dirs) < 2:
         raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
-    comparisons = compare(args.run_dirs[0], args.run_dirs[1:], log, args.seed)
-    table = paired_markdown(comparisons)
-    print(table)
+    result = api.compare(args.run_dirs[0], args.run_dirs[1:], seed=args.seed, out=args.out, log=log)
+    print(result.table)
     if args.out is not None:
-        from piserini_ray.report.writers import write_comparison
-
-        markdown, _ = write_comparison(comparisons, table, args.out)
-        print(f"wrote {markdown.absolute()} and compare.json")
+        print(f"wrote {result.files[0].absolute()} and compare.json")
     return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     """Rank runs of one benchmark, each tested against the top (report/leaderboard.py)."""
-    from piserini_ray.pipeline import run_figures
-    from piserini_ray.report.leaderboard import leaderboard, leaderboard_markdown, write_leaderboard
+    from piserini_ray import api
 
-    try:
-        board = leaderboard([run_figures(d, log) for d in args.run_dirs], args.seed)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    print(leaderboard_markdown(board))
+    result = api.leaderboard(args.run_dirs, seed=args.seed, out=args.out, log=log)
+    print(result.table)
     if args.out is not None:
-        print("wrote " + ", ".join(str(p.absolute()) for p in write_leaderboard(board, args.out)))
+        print("wrote " + ", ".join(str(p.absolute()) for p in result.files))
     return 0
 
 
 def cmd_power(args: argparse.Namespace) -> int:
     """Size a run from one pilot: the queries each assumed effect needs (exact McNemar)."""
-    from piserini_ray.pipeline import run_facts
-    from piserini_ray.report.paired import EFFECTS, pilot_power, power_markdown
+    from piserini_ray import api
 
-    effects = args.effect or list(EFFECTS)
-    if any(not 0 < e <= 1 for e in effects) or not (
-        args.discordance is None or 0 < args.discordance <= 1
-    ):
-        raise ConfigError("--effect and --discordance are fractions in (0, 1]: 0.02 = 2 points")
-    pilot = pilot_power(run_facts(args.run_dir, log), effects, args.discordance)
-    print(power_markdown(pilot))
-    return 2 if pilot.figures.discordance is None else 0  # nothing sized: --discordance asked
+    result = api.power(
+        args.run_dir, effects=args.effect or (), discordance=args.discordance, log=log
+    )
+    print(result.table)
+    # nothing sized: --discordance asked
+    return 2 if result.pilot.figures.discordance is None else 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
