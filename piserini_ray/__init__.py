@@ -14,13 +14,17 @@ The public API (everything in `__all__`; the rest of the package is internal):
   makespan (a `PilotEstimate`);
 - analyses of finished runs, nothing called: `compare(reference, others)` (a `PairedReport`),
   `leaderboard(run_dirs)` (a `LeaderboardReport`), `power(run_dir)` (a `PowerReport`);
-  `read_records(run_dir)`: a run's `QueryRecord`s;
+  `read_records(run_dir)`: a run's `QueryRecord`s; `evidence_ranks(run_dir)`: where the
+  evidence sat in its rankings;
+- other harnesses' files: `export(run_dir, format, out)`, `import_runs(folder, format,
+  config)` (an `ImportReport`); `pricing_check()`: the pricing table against litellm's map (a
+  `PricingCheck`);
 - retrieval without the agent: `build_index(config)` (a `BuiltIndex`), `build_dense_index`,
   `tool_session(config)` (the agent's tools, to call by hand), `tune_bm25(config)` (a
   `BM25Grid`), `backends_at_best(config, grid)`, `retrieval_eval(config)` (a
   `RetrievalEval`);
 - `ask(config, query)`: one query in this process, its trajectory as it happens, recorded
-  nowhere;
+  nowhere; `serve_offline(config)`: the offline models on 127.0.0.1;
 - the types a user reads back: `RunConfig`, `QueryRecord` (a line of `records.jsonl`),
   `Judgement` (a line of `judgements/<judge>.jsonl`), `RunManifest` (`manifest.json`),
   `RunSummary` (what a run prints before judging), `RunMetrics` (`summary.json`), `Report`,
@@ -54,10 +58,12 @@ if TYPE_CHECKING:
     from piserini_ray.api import (
         BM25Grid,
         BuiltIndex,
+        ImportReport,
         LeaderboardReport,
         PairedReport,
         PilotEstimate,
         PowerReport,
+        PricingCheck,
         RetrievalEval,
         ask,
         backends_at_best,
@@ -66,15 +72,20 @@ if TYPE_CHECKING:
         check_models,
         compare,
         estimate,
+        evidence_ranks,
+        export,
+        import_runs,
         judge,
         leaderboard,
         load_config,
         power,
+        pricing_check,
         read_records,
         report,
         retrieval_eval,
         run,
         run_sweep,
+        serve_offline,
         tool_session,
         tune_bm25,
     )
@@ -106,6 +117,13 @@ _WHERE = {
     "backends_at_best": "piserini_ray.api",
     "retrieval_eval": "piserini_ray.api",
     "ask": "piserini_ray.api",
+    "export": "piserini_ray.api",
+    "import_runs": "piserini_ray.api",
+    "evidence_ranks": "piserini_ray.api",
+    "pricing_check": "piserini_ray.api",
+    "serve_offline": "piserini_ray.api",
+    "ImportReport": "piserini_ray.api",
+    "PricingCheck": "piserini_ray.api",
     "PilotEstimate": "piserini_ray.api",
     "PairedReport": "piserini_ray.api",
     "LeaderboardReport": "piserini_ray.api",
@@ -132,12 +150,14 @@ __all__ = [
     "ConfigError",
     "DataError",
     "EpochsReport",
+    "ImportReport",
     "Judgement",
     "LeaderboardReport",
     "PairedReport",
     "PilotEstimate",
     "PiseriniRayError",
     "PowerReport",
+    "PricingCheck",
     "QueryRecord",
     "Report",
     "RetrievalEval",
@@ -153,15 +173,20 @@ __all__ = [
     "check_models",
     "compare",
     "estimate",
+    "evidence_ranks",
+    "export",
+    "import_runs",
     "judge",
     "leaderboard",
     "load_config",
     "power",
+    "pricing_check",
     "read_records",
     "report",
     "retrieval_eval",
     "run",
     "run_sweep",
+    "serve_offline",
     "tool_session",
     "tune_bm25",
 ]

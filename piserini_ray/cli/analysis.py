@@ -1,5 +1,5 @@
 """Analyses of finished runs (compare, leaderboard, power, evidence ranks), their export and
-import, and the pricing table's check: parse, call, print."""
+import, and the pricing table's check: parse, call the API, print."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ import argparse
 from pathlib import Path
 
 from piserini_ray.cli.common import config_from, log
-from piserini_ray.data import load_benchmark
 from piserini_ray.errors import ConfigError
-from piserini_ray.store import manifest_config
 
 
 def cmd_pricing_check(args: argparse.Namespace) -> int:
     """The pricing table against litellm's bundled price map: every difference listed; exit 1
     when there is one (the table wins in a run; this says where litellm disagrees)."""
-    from piserini_ray.metrics.cost import load_pricing, price_differences
+    from piserini_ray import api
 
-    table = load_pricing(args.table)
-    differences = price_differences(table)
-    print(f"pricing table {table.path} against litellm's price map (USD per million tokens):")
+    check = api.pricing_check(args.table)
+    differences = check.differences
+    print(f"pricing table {check.table} against litellm's price map (USD per million tokens):")
     for d in differences:
         if d.field == "model":
             print(f"  {d.model}: not in litellm's map")
@@ -68,9 +66,9 @@ def cmd_power(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run in another format (`exports.py`: one entry per format)."""
-    from piserini_ray.exports import export_run
+    from piserini_ray import api
 
-    paths = export_run(args.run_dir, args.format, args.out, log)
+    paths = api.export(args.run_dir, args.format, args.out, log=log)
     print(f"wrote {len(paths)} file(s) to {args.out}")
     return 0
 
@@ -78,9 +76,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     """Another harness's run files as a run directory over the config's benchmark
     (`importer.py`); what their format lacks is n/a in the report, never 0."""
-    from piserini_ray.importer import MEANING, import_runs
+    from piserini_ray import api
 
-    s = import_runs(args.dir, args.format, config_from(args), args.run_dir, log)
+    result = api.import_runs(args.dir, args.format, config_from(args), args.run_dir, log=log)
+    s = result.summary
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items()))
     print(
         f"imported {s.imported} quer{'y' if s.imported == 1 else 'ies'} from {s.source} "
@@ -98,22 +97,17 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{s.without_file} queries of the config's slice have no run file in the folder")
     if s.unavailable:
         print(f"not in the {s.format} format, reported as n/a (never 0):")
-        for part in s.unavailable:
-            print(f"  {part}: {MEANING[part]}")
+        for part, meaning in result.unavailable.items():
+            print(f"  {part}: {meaning}")
     print(f"next: piserini-ray judge {s.run_dir}\n      piserini-ray report {s.run_dir}")
     return 0
 
 
 def cmd_evidence_ranks(args: argparse.Namespace) -> int:
     """Where the run's evidence sat in its rankings (`report/evidence.py` writes the files)."""
-    from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
-    from piserini_ray.store import RunStore
+    from piserini_ray import api
 
-    config = manifest_config(args.run_dir)
-    benchmark = load_benchmark(config.benchmark)
-    with RunStore(args.run_dir, config, log=log) as store:
-        rows = evidence_ranks(store.records(), store.rankings(), benchmark)
-    path = write_evidence_ranks(rows, Path(args.run_dir))
+    path = api.evidence_ranks(args.run_dir, log=log)
     print(path.read_text())
     print(f"also {Path(args.run_dir) / 'evidence_ranks.png'} and evidence_ranks.csv")
     return 0

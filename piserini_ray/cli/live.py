@@ -85,7 +85,7 @@ def _print_outcome(record: QueryRecord, query: Query) -> None:
 
 def cmd_offline_provider(args: argparse.Namespace) -> int:
     """The offline models on 127.0.0.1 until interrupted."""
-    from piserini_ray.offline import serve
+    from piserini_ray import api
 
-    serve(config_from(args).offline, host="127.0.0.1", port=args.port)
+    api.serve_offline(config_from(args), args.port)
     return 0
