@@ -25,6 +25,8 @@ The public API (everything in `__all__`; the rest of the package is internal):
   `RetrievalEval`);
 - `ask(config, query)`: one query in this process, its trajectory as it happens, recorded
   nowhere; `serve_offline(config)`: the offline models on 127.0.0.1;
+- runs while they go: `run_status(path)`, `watch(path)` (a live web view),
+  `request_stop(run_dir)` and `wait_until_stopped(run_dir)`;
 - the types a user reads back: `RunConfig`, `QueryRecord` (a line of `records.jsonl`),
   `Judgement` (a line of `judgements/<judge>.jsonl`), `RunManifest` (`manifest.json`),
   `RunSummary` (what a run prints before judging), `RunMetrics` (`summary.json`), `Report`,
@@ -82,12 +84,16 @@ if TYPE_CHECKING:
         pricing_check,
         read_records,
         report,
+        request_stop,
         retrieval_eval,
         run,
+        run_status,
         run_sweep,
         serve_offline,
         tool_session,
         tune_bm25,
+        wait_until_stopped,
+        watch,
     )
     from piserini_ray.config import RunConfig
     from piserini_ray.engine_contract import RunSummary
@@ -122,6 +128,10 @@ _WHERE = {
     "evidence_ranks": "piserini_ray.api",
     "pricing_check": "piserini_ray.api",
     "serve_offline": "piserini_ray.api",
+    "run_status": "piserini_ray.api",
+    "watch": "piserini_ray.api",
+    "request_stop": "piserini_ray.api",
+    "wait_until_stopped": "piserini_ray.api",
     "ImportReport": "piserini_ray.api",
     "PricingCheck": "piserini_ray.api",
     "PilotEstimate": "piserini_ray.api",
@@ -183,12 +193,16 @@ __all__ = [
     "pricing_check",
     "read_records",
     "report",
+    "request_stop",
     "retrieval_eval",
     "run",
+    "run_status",
     "run_sweep",
     "serve_offline",
     "tool_session",
     "tune_bm25",
+    "wait_until_stopped",
+    "watch",
 ]
 
 
