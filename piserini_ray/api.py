@@ -1,5 +1,5 @@
 """The public API: load a run config, run it, judge, report and analyse runs, tune and
-evaluate retrieval, ask one query, from Python.
+evaluate retrieval, ask one query, watch and stop runs, from Python.
 
 These functions do what the commands of the same name do (`piserini-ray run`, `judge`,
 `report`, `compare`, `tune-bm25`, ...): the command line is a client of this module and
@@ -808,6 +808,7 @@ def ask(
     benchmark: Benchmark | None = None,
     spill_dir: str | Path | None = None,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    save: str | Path | None = None,
     log: Log | None = None,
 ) -> QueryRecord:
     """Run one query in this process with the config's agent, model and tools, under the
@@ -821,10 +822,11 @@ def ask(
         spill_dir: where the tools save over-long outputs (default: nowhere).
         on_event: called as the trajectory happens, with `"model"` (a turn), `"tool"` (an
             observation) or `"steer"` (the agent told to submit) and the event's data.
+        save: a file to write the record to, as indented JSON (default: none).
         log: where progress lines go (default: standard error).
 
     Returns:
-        The query's `QueryRecord` (status, answer, trajectory, usage), saved nowhere.
+        The query's `QueryRecord` (status, answer, trajectory, usage), in no run's records.
 
     Example:
         ```python
@@ -850,7 +852,7 @@ def ask(
     with ModelEndpoints() as endpoints:
         client = local_client(config.model, config, endpoints)  # model.rate_limit holds
         session = ToolSession(searcher, config.tools, spill)
-        return asyncio.run(
+        record = asyncio.run(
             run_query(
                 query,
                 session,
@@ -862,6 +864,11 @@ def ask(
                 on_event=on_event,
             )
         )
+    if save is not None:
+        from piserini_ray.report.writers import write_record
+
+        write_record(record, Path(save))
+    return record
 
 
 @dataclass

@@ -37,13 +37,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
     print(f"Question: {query.query}\n")
     show = functools.partial(_show_event, lines=args.lines)
     record = api.ask(
-        cfg, query, benchmark=benchmark, spill_dir=args.spill_dir, on_event=show, log=log
+        cfg,
+        query,
+        benchmark=benchmark,
+        spill_dir=args.spill_dir,
+        on_event=show,
+        save=args.save,
+        log=log,
     )
     _print_outcome(record, query)
-    if args.save:
-        from piserini_ray.report.writers import write_record
-
-        write_record(record, args.save)
     return 0 if record.status == "completed" else 1
 
 
