@@ -24,6 +24,7 @@ from piserini_ray.monitor.board import STOP_REASON, STOPPED, StatusBoard
 from piserini_ray.monitor.status import State
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, ServedTime
+from piserini_ray.serving import served_key
 from piserini_ray.stopping import DecisionWatch
 from piserini_ray.store import RunStore
 
@@ -164,8 +165,7 @@ def charge_served(runs: list[PreparedRun], seconds: float, replicas: int = 1) ->
     groups: dict[str, list[PreparedRun]] = {}
     for run in runs:
         if run.config.model.serve is not None:
-            key = run.config.model.model_dump_json(include={"name", "serve"})
-            groups.setdefault(key, []).append(run)
+            groups.setdefault(served_key(run.config.model), []).append(run)
     for group in groups.values():
         total = sum(run.tokens for run in group)
         for run in group:

@@ -35,16 +35,21 @@ STOP_POLL_SECONDS = 0.2
 
 
 def local_client(
-    model: ModelConfig, config: RunConfig, endpoints: ModelEndpoints, seed: int | None = None
+    model: ModelConfig,
+    config: RunConfig,
+    endpoints: ModelEndpoints,
+    seed: int | None = None,
+    judging: RunStore | None = None,
 ) -> LLMClient:
     """A client for one of a run's models in this process: its endpoint, and this process's
     limiter for its quota key (the one `ask`, the judge and the local engine share); `seed`:
-    the `seed` request parameter (the agent's, in an epoch after the first)."""
+    the `seed` request parameter (the agent's, in an epoch after the first); `judging`: the
+    run `model` judges (`ModelEndpoints.api_base`)."""
     return build_client(
         model,
         config.retry,
         config.offline,
-        api_base=endpoints.api_base(model, config.offline),
+        api_base=endpoints.api_base(model, config.offline, judging),
         limiters=LOCAL_LIMITERS,
         seed=seed,
     )
@@ -205,7 +210,7 @@ class LocalEngine:
             at_once = config.runtime.batch.queries_at_once
         judge = None
         if run.decisions is not None and config.judge_model().service_tier != "batch":
-            judge = local_client(config.judge_model(), config, self.endpoints)
+            judge = local_client(config.judge_model(), config, self.endpoints, judging=run.store)
         return _Plan(run, open_backend(run.index, config.retrieval), client, at_once, judge)
 
     def judge(
@@ -216,7 +221,7 @@ class LocalEngine:
         queries: dict[str, Query],
         log: Log,
     ) -> None:
-        client = local_client(config.judge_model(), config, self.endpoints)
+        client = local_client(config.judge_model(), config, self.endpoints, judging=store)
         asyncio.run(judge_records(config, store, records, queries, client, log))
 
     def close(self) -> None:

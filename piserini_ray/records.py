@@ -279,6 +279,9 @@ class ServedTime(BaseModel):
 
     model: str  # the served model's name
     engine: str  # `serve.engine`
+    #: What the served model did for the run: its agent (the run's cost) or its judge (the
+    #: judge's cost, beside the run's).
+    role: Literal["agent", "judge"] = "agent"
     replicas: int  # servers that were up
     #: This run's server-seconds (replicas x the seconds they were up, times its share).
     seconds: float = Field(ge=0)

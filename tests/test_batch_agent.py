@@ -24,8 +24,9 @@ from helpers import wait_for
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
 from piserini_ray.metrics.cost import load_pricing
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.records import Usage
+from piserini_ray_testkit import BatchFates, EmulatedProvider
 
 QUERIES = 4
 
@@ -81,7 +82,7 @@ def _run(*args: str) -> int:
     return main([*args, "--engine", "local"])
 
 
-def _batched_ids(provider: OfflineProvider, model: str = "gpt-5") -> list[str]:
+def _batched_ids(provider: EmulatedProvider, model: str = "gpt-5") -> list[str]:
     """Every custom_id of every batch the emulator was sent, read back through its API."""
     if "anthropic/" in MODELS[model]:  # Message Batches give back their results only
         host = provider.base_url.removesuffix("/v1")
@@ -111,7 +112,7 @@ def test_batched_turns_give_the_standard_trajectories_at_half_the_bill(
     on_route = MODELS[model].split("/")[1].split(",")[0]  # the model's name on its route
     costs = {}
     for tier in ("standard", "batch"):
-        with OfflineProvider(_served(BatchConfig(completion_seconds=0.1))) as provider:
+        with EmulatedProvider(_served(BatchConfig(completion_seconds=0.1))) as provider:
             config = _config(tmp_path, index_root, provider.base_url, tier, tier, model)
             assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / tier)) == 0
             bill = provider.bill
@@ -138,7 +139,7 @@ def test_anthropic_batched_turns_read_the_one_hour_cache_and_cost_the_bill(
     turn, in the next batch, reads what the turn before wrote. The run's usage is the
     emulator's bill to the token, and its cost that bill at the batch tier's prices."""
     model = "claude-haiku-4.5"
-    with OfflineProvider(_served(BatchConfig(completion_seconds=0.05))) as provider:
+    with EmulatedProvider(_served(BatchConfig(completion_seconds=0.05))) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "cached", model)
         config.write_text(
             config.read_text().replace("prompt_caching: 'off'", "prompt_caching: auto")
@@ -168,12 +169,14 @@ def test_anthropic_batched_turns_read_the_one_hour_cache_and_cost_the_bill(
 def test_errored_and_expired_turns_go_into_the_next_batch(
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:
-    rough = BatchConfig(completion_seconds=0.05, error_rate=0.2, expire_rate=0.2)
-    with OfflineProvider(_served(rough)) as provider:
+    rough = BatchFates(error_rate=0.2, expire_rate=0.2)
+    with EmulatedProvider(
+        _served(BatchConfig(completion_seconds=0.05)), batch_fates=rough
+    ) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "rough")
         assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / "rough")) == 0
         sent = _batched_ids(provider)
-    with OfflineProvider(_served(BatchConfig())) as provider:
+    with EmulatedProvider(_served(BatchConfig())) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "standard", "calm")
         assert _run("run", "--config", str(config), "--run-dir", str(tmp_path / "calm")) == 0
     assert len(sent) > len(set(sent))  # some turns were sent again, in a later batch
@@ -188,7 +191,7 @@ def test_a_driver_killed_while_a_batch_is_in_flight_resumes_without_a_second_bat
     run_dir = tmp_path / "run"
     # Each batch takes 2 s: the kill (within 50 ms of the ledger line) lands while the first
     # is in flight, and the resume's rounds stay short.
-    with OfflineProvider(_served(BatchConfig(completion_seconds=2))) as provider:
+    with EmulatedProvider(_served(BatchConfig(completion_seconds=2))) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "killed")
         driver = subprocess.Popen(
             [sys.executable, "-m", "piserini_ray.cli", "run", "--engine", "local",

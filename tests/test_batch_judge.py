@@ -20,8 +20,9 @@ from helpers import wait_for
 from piserini_ray.cli import main
 from piserini_ray.config.offline import BatchConfig
 from piserini_ray.metrics.cost import load_pricing
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.records import Usage
+from piserini_ray_testkit import BatchFates, EmulatedProvider
 
 QUERIES = 6
 #: Each judge by its name in the pricing table, and its litellm route.
@@ -67,7 +68,7 @@ def _served(batch: BatchConfig) -> OfflineConfig:
 def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
     tmp_path: Path, index_root: Path, sample_index: Path, judge: str
 ) -> None:
-    with OfflineProvider(_served(BatchConfig(completion_seconds=0.2))) as provider:
+    with EmulatedProvider(_served(BatchConfig(completion_seconds=0.2))) as provider:
         for tier in ("standard", "batch"):
             config = _config(tmp_path, index_root, provider.base_url, tier, tier, judge)
             assert _run(config, tmp_path / tier) == 0
@@ -113,12 +114,14 @@ def test_the_batch_judge_gives_the_standard_verdicts_at_half_the_bill(
 def test_errored_and_expired_requests_go_into_the_next_batch_never_scored_wrong(
     tmp_path: Path, index_root: Path, sample_index: Path, judge: str
 ) -> None:
-    rough = BatchConfig(completion_seconds=0.1, error_rate=0.3, expire_rate=0.3)
-    with OfflineProvider(_served(rough)) as provider:
+    rough = BatchFates(error_rate=0.3, expire_rate=0.3)
+    with EmulatedProvider(
+        _served(BatchConfig(completion_seconds=0.1)), batch_fates=rough
+    ) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "rough", judge)
         assert _run(config, tmp_path / "rough") == 0
         requests = [r for r in provider.requests if r.batch_id is not None]
-    with OfflineProvider(_served(BatchConfig())) as provider:
+    with EmulatedProvider(_served(BatchConfig())) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "standard", "calm", judge)
         assert _run(config, tmp_path / "calm") == 0
     ledger = [
@@ -141,7 +144,7 @@ def test_a_driver_killed_while_its_batch_is_in_flight_resumes_polling_that_batch
     tmp_path: Path, index_root: Path, sample_index: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    with OfflineProvider(_served(BatchConfig(completion_seconds=8))) as provider:
+    with EmulatedProvider(_served(BatchConfig(completion_seconds=8))) as provider:
         config = _config(tmp_path, index_root, provider.base_url, "batch", "killed")
         driver = subprocess.Popen(
             [sys.executable, "-m", "piserini_ray.cli", "run", "--engine", "local", "--config",

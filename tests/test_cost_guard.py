@@ -10,9 +10,10 @@ import pytest
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.metrics.cost import CostGuard, Price, load_pricing
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.pipeline import run_local
 from piserini_ray.records import Usage
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 
 def test_the_guard_projects_the_queries_in_flight() -> None:
@@ -37,7 +38,7 @@ def test_a_run_stops_within_one_query_of_the_cap_and_resumes_with_a_higher_one(
 ) -> None:
     price = load_pricing().price("gpt-5")
     assert price is not None
-    with OfflineProvider(OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})) as p:
+    with EmulatedProvider(OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})) as p:
 
         def config(cap: float | None) -> RunConfig:
             return load_config(None, {
@@ -65,7 +66,7 @@ def test_a_provider_refusing_the_run_stops_it_and_a_resume_runs_everything(
 ) -> None:
     """A bad key mid-run (after the check before it): the refused query and the rest get no
     record, the summary says why, and a resume after the fix runs every query once."""
-    with OfflineProvider(OfflineConfig()) as p:
+    with EmulatedProvider(OfflineConfig()) as p:
         config = load_config(
             None,
             {

@@ -11,7 +11,8 @@ from pathlib import Path
 import orjson
 
 from piserini_ray.cli import main
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -40,7 +41,7 @@ def test_a_failing_provider_stops_the_run_and_retry_failed_completes_it_once(
 ) -> None:
     served = OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})
     run_dir = tmp_path / "run"
-    with OfflineProvider(served) as provider:
+    with EmulatedProvider(served) as provider:
         config = _config(tmp_path, index_root, provider.base_url)
         # The model check goes through (a pass-through script entry), then every call fails:
         # a provider outage.
@@ -82,7 +83,7 @@ def test_a_missing_key_is_a_configuration_failure_not_a_query_failure(
 ) -> None:
     os.environ.pop("PISERINI_NEVER_SET_KEY", None)
     served = OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})
-    with OfflineProvider(served) as provider:
+    with EmulatedProvider(served) as provider:
         config = _config(
             tmp_path, index_root, provider.base_url, api_key_env="PISERINI_NEVER_SET_KEY"
         )

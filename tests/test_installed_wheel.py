@@ -19,9 +19,10 @@ from piserini_ray import load_config
 from piserini_ray.pipeline import default_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What no wheel of ours may carry: the test tree, fixtures, and files that hold credentials.
+#: What no wheel of ours may carry: the test tree, fixtures, the test kit, and files that hold
+#: credentials.
 FORBIDDEN = re.compile(
-    r"(^|/)(tests?|fixtures)/|(^|/)\.env$|\.(pem|key|p12)$|(^|/)(id_rsa|\.netrc|auth_token)"
+    r"(^|/)(tests?|fixtures|piserini_ray_testkit)/|(^|/)\.env$|\.(pem|key|p12)$|(^|/)(id_rsa|\.netrc|auth_token)"
 )
 
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from piserini_ray.config import ModelConfig, RetryConfig, load_config
-from piserini_ray.config.offline import Scripted
 from piserini_ray.data import Benchmark
 from piserini_ray.judge import judge_one, judge_records, parse_judgement
 from piserini_ray.llm.client import LLMClient
-from piserini_ray.offline import OfflineConfig, OfflineProvider, PolicyReply, default_policies
+from piserini_ray.offline import OfflineConfig, PolicyReply, default_policies
 from piserini_ray.records import QueryRecord, now_iso
 from piserini_ray.store import RunStore
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 QID = "2hop__150763_14904"
 GOOD = (
@@ -46,7 +46,9 @@ def scripted_judge(_request: dict[str, Any]) -> PolicyReply:
 
 @pytest.fixture
 def provider():
-    with OfflineProvider(OfflineConfig(), default_policies() | {"test/judge": scripted_judge}) as p:
+    with EmulatedProvider(
+        OfflineConfig(), default_policies() | {"test/judge": scripted_judge}
+    ) as p:
         yield p
 
 

@@ -11,7 +11,7 @@ One module per concern; every name is re-exported here (`from piserini_ray.confi
 - `retrieval`: the `retrieval` section (BM25 and its presets, dense, hybrid, rerank).
 - `agent`: the `agent` and `tools` sections.
 - `model`: the `model` (and its `rate_limit`) and `retry` sections.
-- `offline`: the `offline` section (the loopback provider's latency, quotas, faults).
+- `offline`: the `offline` section (the loopback provider's latency, quotas, aliases, batches).
 - `runtime`: the `runtime` section (where and how wide a run executes).
 - `judging`: the `judge` and `pricing` sections.
 - `run`: `RunConfig`, the `run` (epochs) section and the run's identity (`config_hash`).

@@ -10,6 +10,7 @@ cannot join or leave a run's identity without that decision being written down (
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +28,9 @@ class StrictModel(BaseModel):
     #: Identity fields added after runs were named: left out of the identity while at their
     #: default, so that every earlier run keeps its name (and resumes).
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+    #: Identity fields since removed, with the one value every run had for them: still counted,
+    #: as constants, so that every existing run keeps its name (and resumes).
+    RETIRED_IDENTITY: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -40,6 +44,8 @@ class StrictModel(BaseModel):
         )
         if not set(cls.OMITTED_AT_DEFAULT) <= identity:
             raise TypeError(f"{cls.__name__}: OMITTED_AT_DEFAULT lists fields not in IDENTITY")
+        if set(cls.RETIRED_IDENTITY) & fields:
+            raise TypeError(f"{cls.__name__}: RETIRED_IDENTITY names fields it still has")
         if undecided or unknown or both:
             raise TypeError(
                 f"{cls.__name__}: list every field once in IDENTITY or NOT_IDENTITY (does it "
@@ -50,9 +56,10 @@ class StrictModel(BaseModel):
 
 def identity_data(model: StrictModel) -> dict[str, Any]:
     """The model's identity fields as JSON-ready data, nested models by their own lists (a
-    field of `OMITTED_AT_DEFAULT` only where its identity differs from its default's)."""
+    field of `OMITTED_AT_DEFAULT` only where its identity differs from its default's; the
+    constants of `RETIRED_IDENTITY` as they were)."""
     cls = type(model)
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = copy.deepcopy(cls.RETIRED_IDENTITY)
     for name in cls.IDENTITY:
         data[name] = _field_identity(model, name, getattr(model, name))
         if name in cls.OMITTED_AT_DEFAULT:

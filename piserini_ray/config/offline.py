@@ -1,7 +1,10 @@
-"""Configuration of the offline provider: latency, quotas, fault rates and scripted behaviours.
+"""Configuration of the offline provider: latency, quotas, prefix caching, model aliases and
+its batch queue: what a rehearsal sets.
 
 All models are frozen and reject unknown keys, like the rest of the project's configs, so a typo
-in a rehearsal config fails instead of silently disabling a fault.
+in a rehearsal config fails instead of silently doing nothing. Injected faults (seeded rates,
+scripted failures, held requests, batch fates) are no run's settings: the tests set them on the
+test kit's emulated provider (`piserini_ray_testkit.EmulatedProvider`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,44 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from piserini_ray.config.base import StrictModel as _Strict
+
+#: Keys removed from the `offline` section, at the only value a run may still give them: the
+#: value every config had (a manifest written before their removal holds them, and loads).
+_RETIRED_OFFLINE_KEYS: dict[str, Any] = {
+    "faults": {
+        "http_500": 0.0,
+        "hang": 0.0,
+        "empty_reply": 0.0,
+        "malformed_arguments": 0.0,
+        "unknown_tool": 0.0,
+        "missing_fields": 0.0,
+    },
+    "hang_seconds": 3600.0,
+}
+_RETIRED_BATCH_KEYS: dict[str, Any] = {"error_rate": 0.0, "expire_rate": 0.0}
+
+
+def _drop_retired(data: Any, section: str, retired: dict[str, Any]) -> Any:
+    """`data` without the retired keys at their old default; a retired key set otherwise is
+    refused with what to do instead (configs reject unknown keys anyway: this says why)."""
+    if not isinstance(data, dict) or not set(data) & set(retired):
+        return data
+    kept = dict(data)
+    for key, default in retired.items():
+        if key not in kept:
+            continue
+        value = kept.pop(key)
+        if isinstance(default, dict) and isinstance(value, dict):
+            value = default | value
+        if value != default:
+            raise ValueError(
+                f"{section}.{key} was removed: a run's offline provider injects no faults. "
+                "Rehearse without it (delete the key); a test that needs faults, held requests "
+                "or batch fates sets them on the test kit's emulated provider "
+                "(piserini_ray_testkit.EmulatedProvider) and points the run's model.api_base "
+                "at it"
+            )
+    return kept
 
 
 class LatencyConfig(_Strict):
@@ -54,58 +95,28 @@ class QuotaConfig(_Strict):
     window_seconds: float = Field(60.0, gt=0)
 
 
-class FaultRates(_Strict):
-    """Probability (0..1) that a request suffers each fault; draws come from a seeded RNG.
-
-    At most one fault applies per request, checked in field order; the tool-call faults apply
-    only when the policy made a tool call (otherwise the next fault that fired is tried).
-    """
-
-    IDENTITY = (
-        "http_500",
-        "hang",
-        "empty_reply",
-        "malformed_arguments",
-        "unknown_tool",
-        "missing_fields",
-    )
-    NOT_IDENTITY = ()
-
-    http_500: float = Field(0.0, ge=0, le=1)
-    hang: float = Field(0.0, ge=0, le=1)
-    empty_reply: float = Field(0.0, ge=0, le=1)
-    malformed_arguments: float = Field(0.0, ge=0, le=1)
-    unknown_tool: float = Field(0.0, ge=0, le=1)
-    missing_fields: float = Field(0.0, ge=0, le=1)
-
-
 class BatchConfig(_Strict):
     """The batch emulators (OpenAI's Batch API, Anthropic's Message Batches): how long a batch
-    queues and how often a request in it errors or expires.
+    queues, and their caps.
 
     `completion_seconds`: time a batch waits in the queue before its requests run (the
-    providers promise 24 hours; most batches end within one). `error_rate` and `expire_rate`:
-    probability (0..1) that a request of a batch ends errored (a server error, not billed) or
-    expired (never run, not billed), drawn when the batch is created from a seeded RNG.
-    `max_requests` and `max_bytes`: lower caps than the providers' published ones (OpenAI
-    50,000 requests and 200 MB; Anthropic 100,000 requests and 256 MB), to rehearse splitting;
-    None keeps the published limit.
+    providers promise 24 hours; most batches end within one). `max_requests` and `max_bytes`:
+    lower caps than the providers' published ones (OpenAI 50,000 requests and 200 MB;
+    Anthropic 100,000 requests and 256 MB), to rehearse splitting; None keeps the published
+    limit.
     """
 
-    IDENTITY = ("completion_seconds", "error_rate", "expire_rate", "max_requests", "max_bytes")
+    IDENTITY = ("completion_seconds", "max_requests", "max_bytes")
     NOT_IDENTITY = ()
 
     completion_seconds: float = Field(0.0, ge=0)
-    error_rate: float = Field(0.0, ge=0, le=1)
-    expire_rate: float = Field(0.0, ge=0, le=1)
     max_requests: int | None = Field(None, ge=1)
     max_bytes: int | None = Field(None, ge=1)
 
-    @model_validator(mode="after")
-    def _check(self) -> BatchConfig:
-        if self.error_rate + self.expire_rate > 1:
-            raise ValueError("batch error_rate + expire_rate must not exceed 1")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        return _drop_retired(data, "offline.batch", _RETIRED_BATCH_KEYS)
 
 
 class OfflineConfig(_Strict):
@@ -117,8 +128,6 @@ class OfflineConfig(_Strict):
         "prefix_caching",
         "latency",
         "quotas",
-        "faults",
-        "hang_seconds",
         "seed",
         "request_log",
         "model_aliases",
@@ -126,14 +135,16 @@ class OfflineConfig(_Strict):
     # The batch emulators serve only batch-tier calls, which no run makes yet; counting them
     # would rename every offline run (the default config's hash is pinned).
     NOT_IDENTITY = ("batch",)
+    # `faults` and `hang_seconds` were identity fields until the fault injection moved to the
+    # test kit; every run had them at these values (no fault can be configured any more), and
+    # they stay in the identity as constants so that existing run names are kept.
+    RETIRED_IDENTITY = _RETIRED_OFFLINE_KEYS
 
     port: int = Field(0, ge=0, le=65535)  # 0: the OS picks a free port
     require_key: bool = False
     prefix_caching: bool = True
     latency: LatencyConfig = LatencyConfig()
     quotas: QuotaConfig = QuotaConfig()
-    faults: FaultRates = FaultRates()
-    hang_seconds: float = Field(3600.0, gt=0)
     seed: int = 0
     #: Recent requests that `OfflineProvider.requests` keeps, conversations included; older ones
     #: are dropped, so a long rehearsal's memory stays flat.
@@ -144,6 +155,11 @@ class OfflineConfig(_Strict):
     #: The batch emulators (`/v1/batches`, `/v1/messages/batches`).
     batch: BatchConfig = BatchConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        return _drop_retired(data, "offline", _RETIRED_OFFLINE_KEYS)
+
     def serves(self, model: Any) -> bool:
         """Whether the run-started provider of these settings serves `model` (a ModelConfig):
         an offline model, or a provider's model listed in `model_aliases` by its name or by
@@ -153,74 +169,3 @@ class OfflineConfig(_Strict):
         return model.api_base is None and (
             model.is_offline or model.name in self.model_aliases or on_route in self.model_aliases
         )
-
-
-ScriptedKind = Literal[
-    "rate_limit",
-    "insufficient_quota",
-    "http_error",
-    "hang",
-    "latency",
-    "auth_error",
-    "bad_request",
-    "context_window",
-    "malformed_arguments",
-    "unknown_tool",
-    "missing_fields",
-    "empty_reply",
-    "error_body",
-    "no_usage",
-    "resource_unavailable",
-]
-
-#: Scripted kinds that alter the policy's reply rather than replacing the response.
-REPLY_FAULTS = frozenset({"malformed_arguments", "unknown_tool", "missing_fields", "empty_reply"})
-
-
-class Scripted(_Strict):
-    """A one-shot behaviour for the next request (of `model`, when given), on any route, in
-    that route's provider's error format.
-
-    `rate_limit`: 429, with `Retry-After: retry_after` when set (fractions allowed).
-    `insufficient_quota`: no credit left, never retried (OpenAI: 429 with code
-    `insufficient_quota`; Anthropic: 429 whose `error.details.error_code` is
-    `enforced_spend_limit_reached`; DeepSeek: 402 Insufficient Balance). `http_error`: `status`.
-    `hang`: wait `seconds` (default: the config's `hang_seconds`) then answer normally.
-    `latency`: wait `seconds` more, then answer normally. `auth_error`: 401.
-    `bad_request`: 400 with `message`. `context_window`: 400, the prompt too long (OpenAI's
-    code `context_length_exceeded`).
-    `error_body`: HTTP 200 whose body is an error object (`{"error": {"type": "server_error"}}`;
-    on the Responses route a response whose `status` is `failed`), as providers send when a
-    failure happens after the status line went out. `no_usage`: a
-    normal reply without its `usage` block. `retry_after_date`: a rate limit's `Retry-After` as
-    an HTTP date (RFC 9110) instead of seconds. `resource_unavailable`: OpenAI's flex tier
-    without capacity (429 whose `error.code` is `resource_unavailable`, no rate-limit headers:
-    no quota of the caller is full).
-    The reply faults (`malformed_arguments`, ...) alter the policy's reply as the random faults do.
-    """
-
-    # Not identity: a test's scripted provider behaviour, never part of a run config.
-    IDENTITY = ()
-    NOT_IDENTITY = (
-        "kind",
-        "retry_after",
-        "status",
-        "seconds",
-        "message",
-        "model",
-        "retry_after_date",
-    )
-
-    kind: ScriptedKind
-    retry_after: float | None = Field(None, ge=0)
-    status: int = Field(500, ge=400, le=599)
-    seconds: float | None = Field(None, ge=0)
-    message: str | None = None
-    model: str | None = None
-    retry_after_date: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> Scripted:
-        if self.kind == "latency" and self.seconds is None:
-            raise ValueError("a scripted latency needs seconds")
-        return self

@@ -96,7 +96,7 @@ class RunConfig(StrictModel):
     model: ModelConfig = ModelConfig()
     retry: RetryConfig = RetryConfig()
     agent: AgentConfig = AgentConfig()
-    #: The loopback provider started for offline models (latency, quotas, faults, seed).
+    #: The loopback provider started for offline models (latency, quotas, aliases, seed).
     offline: OfflineConfig = OfflineConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     judge: JudgeConfig = JudgeConfig()
@@ -112,6 +112,17 @@ class RunConfig(StrictModel):
                 "agent.termination: iterations (agent.max_iterations bounds each query), or "
                 "use service_tier: flex for half price with the clock kept"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _served_judges_run_one_server(self) -> RunConfig:
+        for judge in (self.judge.model, *self.judge.models):
+            if judge is not None and judge.serve is not None and judge.serve.replicas != 1:
+                raise ValueError(
+                    f"judge {judge.name!r}: serve.replicas is {judge.serve.replicas}, but a "
+                    "served judge runs one server (its calls are single turns, sent from the "
+                    "driver): set serve.replicas: 1 and raise judge.concurrency instead"
+                )
         return self
 
     def judge_model(self) -> ModelConfig:

@@ -50,8 +50,10 @@ def check_models(
     checked = [
         (model, config)
         for model, config in models_of(configs, agents)
-        if include_offline or not model.is_offline
+        if (include_offline or not model.is_offline) and model.serve is None
     ]
+    # A model the run serves is checked where and when its servers start (their health and
+    # model list, `serving/process.py`): a check here would start one on this machine.
     if not checked:
         return  # and litellm, seconds of imports, is not loaded for nothing
     from piserini_ray.llm.client_builder import build_client

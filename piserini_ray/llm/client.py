@@ -220,6 +220,11 @@ class LLMClient:
         #: `service_tier: batch`: every call goes through it, as a line of a provider batch.
         self.batcher = batcher
 
+    def move(self, api_base: str) -> None:
+        """The endpoint moved (a served model's server, lost, placed again elsewhere): every
+        next attempt goes to `api_base`, those of the calls in flight included."""
+        self.api_base = api_base
+
     def _value(self, name: str) -> str | None:
         """A variable's value: the driver's handed one, else this process's."""
         handed = self._keys.get(name)
@@ -391,7 +396,8 @@ class LLMClient:
             response = await litellm.acompletion(
                 messages=request.messages,
                 api_key=request.api_key,
-                **request.params,
+                # The endpoint as it is now: a served model's server may have moved (`move`).
+                **(request.params | ({"api_base": self.api_base} if self.api_base else {})),
                 logger_fn=_reply_log(logged, lambda: sent.append(True)),
                 # Our tools are functions, never MCP servers: without this, litellm's first
                 # call with tools imports its MCP gateway (mcp, uvicorn: ~1 s of a replica's

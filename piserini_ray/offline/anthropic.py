@@ -108,6 +108,15 @@ class Signer:
 
 def validate(body: dict[str, Any], signer: Signer) -> bool:
     """Raise `Problem` for what the real API rejects; return whether thinking is on."""
+    enabled = _validate_parameters(body)
+    _validate_turns(body["messages"], signer, enabled)
+    _validate_cache_marks(body)
+    return enabled
+
+
+def _validate_parameters(body: dict[str, Any]) -> bool:
+    """The required fields, `max_tokens` and `thinking` (its budget, its temperature);
+    whether thinking is on."""
     for field in ("model", "max_tokens", "messages"):
         if field not in body:
             raise refused(f"{field}: Field required")
@@ -131,6 +140,12 @@ def validate(body: dict[str, Any], signer: Signer) -> bool:
                 "`temperature` may only be set to 1 when thinking is enabled or in "
                 "interleaved thinking mode"
             )
+    return enabled
+
+
+def _validate_turns(messages: list[Any], signer: Signer, enabled: bool) -> None:
+    """Roles, tool_use / tool_result pairing, thinking signatures, and (thinking on) the
+    final tool-use turn's leading thinking block."""
     previous_tool_uses: set[str] = set()
     unthought: tuple[int, Any] | None = None  # the final tool-use turn, when thinking is on
     assistants = [
@@ -149,35 +164,10 @@ def validate(body: dict[str, Any], signer: Signer) -> bool:
         blocks = _blocks(message.get("content"))
         answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
         if role == "user":
-            missing = previous_tool_uses - answered
-            if missing:
-                raise refused(
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                    f"immediately after: {', '.join(sorted(missing))}. Each `tool_use` block "
-                    "must have a corresponding `tool_result` block in the next message."
-                )
-            unknown = answered - previous_tool_uses
-            if unknown:
-                raise refused(
-                    f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
-                    f"blocks: {', '.join(sorted(map(str, unknown)))}. Each `tool_result` block "
-                    "must have a corresponding `tool_use` block in the previous message."
-                )
+            _check_results(i, previous_tool_uses, answered)
             previous_tool_uses = set()
             continue
-        if answered:
-            raise refused(f"messages.{i}: `tool_result` blocks belong in a user turn")
-        if previous_tool_uses:
-            raise refused(
-                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                f"immediately after: {', '.join(sorted(previous_tool_uses))}"
-            )
-        previous_tool_uses = {str(b.get("id")) for b in blocks if b.get("type") == "tool_use"}
-        for j, block in enumerate(blocks):
-            if block.get("type") == "thinking" and not signer.valid(
-                block.get("thinking"), block.get("signature")
-            ):
-                raise refused(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
+        previous_tool_uses = _check_assistant_turn(i, blocks, answered, previous_tool_uses, signer)
         if enabled and i == last_assistant and previous_tool_uses:
             unthought = (i, blocks[0].get("type") if blocks else None)
     if previous_tool_uses:
@@ -193,6 +183,52 @@ def validate(body: dict[str, Any], signer: Signer) -> bool:
             "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include "
             "thinking blocks from previous turns."
         )
+
+
+def _check_results(i: int, tool_uses: set[str], answered: set[Any]) -> None:
+    """A user turn answers exactly the tool calls of the assistant turn before it."""
+    missing = tool_uses - answered
+    if missing:
+        raise refused(
+            f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+            f"immediately after: {', '.join(sorted(missing))}. Each `tool_use` block "
+            "must have a corresponding `tool_result` block in the next message."
+        )
+    unknown = answered - tool_uses
+    if unknown:
+        raise refused(
+            f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+            f"blocks: {', '.join(sorted(map(str, unknown)))}. Each `tool_result` block "
+            "must have a corresponding `tool_use` block in the previous message."
+        )
+
+
+def _check_assistant_turn(
+    i: int,
+    blocks: list[dict[str, Any]],
+    answered: set[Any],
+    previous_tool_uses: set[str],
+    signer: Signer,
+) -> set[str]:
+    """An assistant turn: no tool results, no unanswered calls before it, its thinking blocks
+    signed by us; the ids of its tool calls."""
+    if answered:
+        raise refused(f"messages.{i}: `tool_result` blocks belong in a user turn")
+    if previous_tool_uses:
+        raise refused(
+            f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+            f"immediately after: {', '.join(sorted(previous_tool_uses))}"
+        )
+    for j, block in enumerate(blocks):
+        if block.get("type") == "thinking" and not signer.valid(
+            block.get("thinking"), block.get("signature")
+        ):
+            raise refused(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
+    return {str(b.get("id")) for b in blocks if b.get("type") == "tool_use"}
+
+
+def _validate_cache_marks(body: dict[str, Any]) -> None:
+    """At most four breakpoints, each ephemeral, 1-hour ones before 5-minute ones."""
     marks = [b["cache_control"] for _, b in _prompt_blocks(body) if "cache_control" in b]
     if len(marks) > MAX_CACHE_BREAKPOINTS:
         raise refused(
@@ -209,7 +245,6 @@ def validate(body: dict[str, Any], signer: Signer) -> bool:
             "a cache_control block with ttl='1h' must not come after one with ttl='5m': "
             "longer-lived cache entries come first in the prompt"
         )
-    return enabled
 
 
 def _prompt_blocks(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -31,6 +31,7 @@ from piserini_ray.offline.batch_emulator import (
     WINDOW_SECONDS,
     Batch,
     BatchEmulator,
+    FateDraw,
     Line,
     LineRunner,
     dumps,
@@ -50,9 +51,15 @@ class AnthropicBatchEmulator(BatchEmulator):
     """Anthropic's Message Batches (errors rendered by the Messages codec)."""
 
     def __init__(
-        self, config: BatchConfig, seed: int, run_line: LineRunner, codec: Codec, require_key: bool
+        self,
+        config: BatchConfig,
+        seed: int,
+        run_line: LineRunner,
+        codec: Codec,
+        require_key: bool,
+        fates: FateDraw | None = None,
     ) -> None:
-        super().__init__(config, seed, run_line)
+        super().__init__(config, seed, run_line, fates)
         self.codec = codec
         self.require_key = require_key
         self.max_requests = min(

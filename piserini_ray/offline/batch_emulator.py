@@ -13,9 +13,10 @@ Life cycle: a batch waits `offline.batch.completion_seconds` in the queue, then 
 requests one after the other in input order (so seeded faults and prompt caches see the same
 sequence every time); a request refused by a quota window (429 with `retry-after`) waits and is
 tried again, as a provider's batch queue throttles rather than fails. When the batch is created,
-each request draws its fate from a seeded RNG (`offline.seed`): errored (`error_rate`: a server
-error, not billed) or expired (`expire_rate`: never run, not billed). Results come out in a
-seeded shuffled order, as both providers warn they may: pair them by `custom_id`.
+each request is given its fate (`FateDraw`): in the product every request runs; the test kit
+draws some errored (a server error, not billed) or expired (never run, not billed). Results
+come out in a seeded shuffled order, as both providers warn they may: pair them by
+`custom_id`.
 
 Errors are each provider's own shape (`openai_format.py`, `anthropic.py`); a batch or file of
 another key is unknown (404), as another organisation's is.
@@ -49,6 +50,8 @@ MAX_QUOTA_WAIT = 60.0
 #: the batch id) -> the response a direct call would get.
 LineRunner = Callable[[Codec, Mapping[str, str], bytes, str], Awaitable[web.Response]]
 Fate = Literal["run", "errored", "expired"]
+#: The fates of a new batch's n requests, in order (`hooks.Interceptor.batch_fates`).
+FateDraw = Callable[[int], list[Fate]]
 Outcome = Literal["succeeded", "errored", "expired", "canceled"]
 
 
@@ -108,29 +111,19 @@ class Batch:
 class BatchEmulator:
     """What both emulators share: fates, the worker, the tasks, the ids' owners."""
 
-    def __init__(self, config: BatchConfig, seed: int, run_line: LineRunner) -> None:
+    def __init__(
+        self, config: BatchConfig, seed: int, run_line: LineRunner, fates: FateDraw | None = None
+    ) -> None:
         self.config = config
         self.seed = seed
         self.run_line = run_line
+        self._fates = fates
         self.batches: dict[str, Batch] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        self.reseed()
-
-    def reseed(self) -> None:
-        self.rng = random.Random(f"{self.seed}:batches")
 
     def fates(self, n: int) -> list[Fate]:
-        """Each request's fate, drawn in order when the batch is created (one draw each)."""
-        fates: list[Fate] = []
-        for _ in range(n):
-            draw = self.rng.random()
-            if draw < self.config.expire_rate:
-                fates.append("expired")
-            elif draw < self.config.expire_rate + self.config.error_rate:
-                fates.append("errored")
-            else:
-                fates.append("run")
-        return fates
+        """Each request's fate, given in order when the batch is created."""
+        return ["run"] * n if self._fates is None else self._fates(n)
 
     def start(self, batch: Batch) -> None:
         self.batches[batch.id] = batch

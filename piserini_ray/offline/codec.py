@@ -2,15 +2,15 @@
 offline provider's one request pipeline (`server.py`): a small codec.
 
 The pipeline runs the same stages for every route (auth, parse, quota admission, latency,
-faults, policy, encode) and knows no wire format; a codec knows nothing else. It reads the
+policy, encode) and knows no wire format; a codec knows nothing else. It reads the
 route's key header, decodes and validates its body (refusing what the real API refuses), shows
 the request to the policies in the chat-completions shape they read, encodes their reply with
 the usage that route bills, and renders every failure, the pipeline's included, as that
 provider's error body and headers.
 
 Failures are raised as a `Problem`: dialect-neutral (a kind, an optional explicit status, the
-rate-limit windows), so a quota, a seeded fault or a scripted error is decided once and each
-codec says it in its provider's words.
+rate-limit windows), so a quota (or a fault the test kit injects through `hooks.py`) is
+decided once and each codec says it in its provider's words.
 """
 
 from __future__ import annotations
@@ -198,4 +198,4 @@ class Codec:
     # -- state ------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget the route's caches (`OfflineProvider.reset`)."""
+        """Forget the route's caches (the provider's reset)."""

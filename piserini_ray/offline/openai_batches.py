@@ -42,6 +42,7 @@ from piserini_ray.offline.batch_emulator import (
     WINDOW_SECONDS,
     Batch,
     BatchEmulator,
+    FateDraw,
     Line,
     LineRunner,
     dumps,
@@ -95,6 +96,87 @@ def _openai_error(
     return web.json_response(body, status=status, dumps=dumps)
 
 
+def _refused_parameters(body: dict[str, Any]) -> web.Response | None:
+    """A create request's parameters as OpenAI checks them: its refusal, or None."""
+    allowed = ("input_file_id", "endpoint", "completion_window", "metadata")
+    for name in body:
+        if name not in (*allowed, "output_expires_after"):
+            return _openai_error(
+                400,
+                f"Unrecognized request argument supplied: {name}",
+                name,
+                "unknown_parameter",
+            )
+    for name in allowed[:3]:
+        if name not in body:
+            return _openai_error(
+                400,
+                f"Missing required parameter: '{name}'.",
+                name,
+                "missing_required_parameter",
+            )
+    endpoint, window = body["endpoint"], body["completion_window"]
+    if window != "24h":
+        return _openai_error(
+            400,
+            f"Invalid value: '{window}'. Supported values are: '24h'.",
+            "completion_window",
+            "invalid_value",
+        )
+    if endpoint not in OPENAI_ENDPOINTS:
+        return _openai_error(
+            400,
+            f"Invalid value: '{endpoint}'. Supported values are: "
+            + ", ".join(f"'{e}'" for e in OPENAI_ENDPOINTS)
+            + " (the endpoints the offline provider serves).",
+            "endpoint",
+            "invalid_value",
+        )
+    metadata = body.get("metadata")
+    if metadata is not None and not _valid_metadata(metadata):
+        return _openai_error(
+            400,
+            f"Invalid 'metadata': at most {METADATA_PAIRS} string pairs, keys up to "
+            f"{METADATA_KEY} and values up to {METADATA_VALUE} characters.",
+            "metadata",
+            "invalid_value",
+        )
+    return None
+
+
+#: A line's refusal: (code, message, param).
+LineProblem = tuple[str, str, str | None]
+
+
+def _line_item(raw: bytes, endpoint: str) -> tuple[dict[str, Any], LineProblem | None]:
+    """A line of an input file on its own: the request it holds, or why it is refused."""
+    try:
+        item = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}, ("invalid_json_line", "This line is not parseable as valid JSON.", None)
+    if not isinstance(item, dict):
+        return {}, ("invalid_json_line", "This line is not a JSON object.", None)
+    missing = [k for k in ("custom_id", "method", "url", "body") if k not in item]
+    if missing:
+        message = f"Missing required parameter: '{missing[0]}'."
+        return item, ("missing_required_parameter", message, missing[0])
+    custom_id = item["custom_id"]
+    if not isinstance(custom_id, str) or not custom_id:
+        return item, ("invalid_value", "custom_id must be a non-empty string.", "custom_id")
+    if item["method"] != "POST":
+        message = f"Invalid method '{item['method']}': batch requests use POST."
+        return item, ("invalid_method", message, "method")
+    if item["url"] != endpoint:
+        message = (
+            f"The URL '{item['url']}' of this request does not match the batch's "
+            f"endpoint '{endpoint}'."
+        )
+        return item, ("url_mismatch", message, "url")
+    if not isinstance(item["body"], dict):
+        return item, ("invalid_value", "body must be a JSON object.", "body")
+    return item, None
+
+
 class OpenAIBatchEmulator(BatchEmulator):
     """OpenAI's Files (for batches) and Batch API."""
 
@@ -105,8 +187,9 @@ class OpenAIBatchEmulator(BatchEmulator):
         run_line: LineRunner,
         codecs: Mapping[str, Codec],
         require_key: bool,
+        fates: FateDraw | None = None,
     ) -> None:
-        super().__init__(config, seed, run_line)
+        super().__init__(config, seed, run_line, fates)
         self.codecs = dict(codecs)  # endpoint -> codec
         self.auth = self.codecs["/v1/chat/completions"]
         self.require_key = require_key
@@ -212,49 +295,9 @@ class OpenAIBatchEmulator(BatchEmulator):
             return _openai_error(400, f"We could not parse the JSON body of your request: {error}")
         if not isinstance(body, dict):
             return _openai_error(400, "The request body must be a JSON object.")
-        allowed = ("input_file_id", "endpoint", "completion_window", "metadata")
-        for name in body:
-            if name not in (*allowed, "output_expires_after"):
-                return _openai_error(
-                    400,
-                    f"Unrecognized request argument supplied: {name}",
-                    name,
-                    "unknown_parameter",
-                )
-        for name in allowed[:3]:
-            if name not in body:
-                return _openai_error(
-                    400,
-                    f"Missing required parameter: '{name}'.",
-                    name,
-                    "missing_required_parameter",
-                )
-        endpoint, window = body["endpoint"], body["completion_window"]
-        if window != "24h":
-            return _openai_error(
-                400,
-                f"Invalid value: '{window}'. Supported values are: '24h'.",
-                "completion_window",
-                "invalid_value",
-            )
-        if endpoint not in OPENAI_ENDPOINTS:
-            return _openai_error(
-                400,
-                f"Invalid value: '{endpoint}'. Supported values are: "
-                + ", ".join(f"'{e}'" for e in OPENAI_ENDPOINTS)
-                + " (the endpoints the offline provider serves).",
-                "endpoint",
-                "invalid_value",
-            )
-        metadata = body.get("metadata")
-        if metadata is not None and not _valid_metadata(metadata):
-            return _openai_error(
-                400,
-                f"Invalid 'metadata': at most {METADATA_PAIRS} string pairs, keys up to "
-                f"{METADATA_KEY} and values up to {METADATA_VALUE} characters.",
-                "metadata",
-                "invalid_value",
-            )
+        if (refusal := _refused_parameters(body)) is not None:
+            return refusal
+        endpoint, metadata = body["endpoint"], body.get("metadata")
         file_id = body["input_file_id"]
         stored = self.files.get(file_id) if isinstance(file_id, str) else None
         if stored is None or stored.owner != owner_of(request.headers, self.auth):
@@ -314,47 +357,11 @@ class OpenAIBatchEmulator(BatchEmulator):
         seen: set[str] = set()
         models: set[str] = set()
         for number, raw in enumerate(raw_lines, 1):
-            try:
-                item = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                error("invalid_json_line", "This line is not parseable as valid JSON.", number)
-                continue
-            if not isinstance(item, dict):
-                error("invalid_json_line", "This line is not a JSON object.", number)
-                continue
-            missing = [k for k in ("custom_id", "method", "url", "body") if k not in item]
-            if missing:
-                error(
-                    "missing_required_parameter",
-                    f"Missing required parameter: '{missing[0]}'.",
-                    number,
-                    missing[0],
-                )
+            item, problem = _line_item(raw, endpoint)
+            if problem is not None:
+                error(problem[0], problem[1], number, problem[2])
                 continue
             custom_id, body = item["custom_id"], item["body"]
-            if not isinstance(custom_id, str) or not custom_id:
-                error("invalid_value", "custom_id must be a non-empty string.", number, "custom_id")
-                continue
-            if item["method"] != "POST":
-                error(
-                    "invalid_method",
-                    f"Invalid method '{item['method']}': batch requests use POST.",
-                    number,
-                    "method",
-                )
-                continue
-            if item["url"] != endpoint:
-                error(
-                    "url_mismatch",
-                    f"The URL '{item['url']}' of this request does not match the batch's "
-                    f"endpoint '{endpoint}'.",
-                    number,
-                    "url",
-                )
-                continue
-            if not isinstance(body, dict):
-                error("invalid_value", "body must be a JSON object.", number, "body")
-                continue
             if custom_id in seen:
                 error(
                     "duplicate_custom_id",

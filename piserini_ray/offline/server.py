@@ -11,21 +11,17 @@ key header and body and writes its replies and errors. The stages, in order:
    came; Anthropic's route also requires `anthropic-version`);
 2. **parse**: the body decoded and validated as the real API validates it (400), the model
    looked up among the policies and their aliases (404);
-3. **quota admission**: the next scripted behaviour queued with `OfflineProvider.script` (for
-   this model or any) is taken here; a scripted failure (a 429, a 5xx, an error inside a 200,
-   ...) is answered at once, and a scripted request is never counted against a quota.
-   Otherwise the key's sliding windows admit the request or refuse it with a 429 that names
-   the full window (`quota.py`), in the route's format with its rate-limit headers;
-4. **latency**: a scripted hang or delay, then the configured latency (`asyncio.sleep`, so
-   concurrent requests overlap);
-5. **faults**: for an unscripted request, the seeded draws (`FaultRates`): a server error, a
-   hang, or a reply fault to apply after the policy;
-6. **policy**: the policy of the model answers the request, shown to it in the chat-completions
-   shape; a scripted or seeded reply fault damages its reply;
-7. **encode**: the reply in the route's format with the usage it bills (prefix caching shaped
+3. **quota admission**: the key's sliding windows admit the request or refuse it with a 429
+   that names the full window (`quota.py`), in the route's format with its rate-limit headers;
+4. **latency**: the configured latency (`asyncio.sleep`, so concurrent requests overlap);
+5. **policy**: the policy of the model answers the request, shown to it in the chat-completions
+   shape;
+6. **encode**: the reply in the route's format with the usage it bills (prefix caching shaped
    as each provider's, see the codecs); its completion tokens join the quota window.
 
 Every failure is a `codec.Problem`, rendered by the route's codec as its provider renders it.
+An `Interceptor` (`hooks.py`) may add to the stages: the product's adds nothing; the test kit's
+(`piserini_ray_testkit`) injects faults, scripted failures and held requests there.
 
 The batch emulators (`openai_batches.py`: OpenAI's `/v1/files` + `/v1/batches`;
 `anthropic_batches.py`: Anthropic's `/v1/messages/batches`; shared: `batch_emulator.py`) run
@@ -38,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import math
@@ -47,29 +42,23 @@ import random
 import signal
 import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, Self
 
 import orjson
 from aiohttp import web
 
-from piserini_ray.config.offline import REPLY_FAULTS, OfflineConfig, Scripted
+from piserini_ray.config.offline import OfflineConfig
 from piserini_ray.offline import anthropic
 from piserini_ray.offline.anthropic import MessagesCodec
 from piserini_ray.offline.anthropic_batches import ANTHROPIC_MAX_BYTES, AnthropicBatchEmulator
+from piserini_ray.offline.bill import Bill, BillLine, RecordedRequest, key_hash
 from piserini_ray.offline.chat import ChatCodec, ConversationCache
 from piserini_ray.offline.codec import Codec, Parsed, Problem, Usage
 from piserini_ray.offline.deepseek import DeepSeekCodec
-from piserini_ray.offline.faults import (
-    FAULT_ORDER,
-    SERVER_ERROR_STATUSES,
-    apply_reply_fault,
-    scripted_problem,
-    seeded_server_error,
-)
+from piserini_ray.offline.hooks import Interceptor, Ticket
 from piserini_ray.offline.openai_batches import OpenAIBatchEmulator
 from piserini_ray.offline.openai_format import bearer_key, missing_bearer_key, openai_error
 from piserini_ray.offline.policy import Policy, PolicyReply
@@ -114,103 +103,21 @@ def default_policies() -> dict[str, Policy]:
     return policies
 
 
-@dataclass
-class RecordedRequest:
-    """One request as the server saw it, on any route; the API key only as a hash prefix."""
-
-    seq: int
-    model: str | None = None
-    messages: list[Any] | None = None
-    tools: list[Any] | None = None
-    #: HTTP status returned; None when no response was sent (client gone or server stopped).
-    status: int | None = None
-    usage: Usage | None = None
-    #: Fault or scripted kind applied (e.g. "http_500", "rate_limit", "quota" for a request a
-    #: quota window refused), None for a normal reply.
-    fault: str | None = None
-    scripted: bool = False
-    key_hash: str | None = None
-    conversation: str | None = None
-    #: Seconds the server waited before answering (latency, scripted latency or hang).
-    delayed: float = 0.0
-    #: Requests being handled when this one arrived, itself included.
-    concurrent: int = 0
-    #: The route's codec: "chat", "deepseek", "messages" or "responses".
-    route: str | None = None
-    #: The tier it is billed at: "standard", "flex" or "priority" (OpenAI's `service_tier`
-    #: request parameter), or "batch" for a request of a batch (`batch_id`).
-    service_tier: str = "standard"
-    batch_id: str | None = None
-    #: The client left (or the server stopped) after the request was admitted: it is billed
-    #: its prompt as uncached input and nothing else, as a provider bills a request it began.
-    cut: bool = False
-    #: When it arrived (epoch seconds), and the Retry-After header its reply carried: a test
-    #: checks that a client came back no earlier than it was told, from the server's own clock.
-    received_at: float = field(default_factory=time.time)
-    retry_after: str | None = None
-
-
-@dataclass
-class BillLine:
-    """What the emulator bills for one (tier, model): requests and their tokens."""
-
-    requests: int = 0
-    prompt_tokens: int = 0  # all of the prompt, cached and cache-written parts included
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_write_1h_tokens: int = 0  # of which to Anthropic's 1-hour cache
-    #: Requests cut after admission (`RecordedRequest.cut`) and their prompts, included above.
-    cut_requests: int = 0
-    cut_prompt_tokens: int = 0
-
-
-class Bill:
-    """The emulator's own bill: every billed request's usage by (tier, model), kept whole
-    however short the request log is."""
-
-    def __init__(self) -> None:
-        self.lines: dict[tuple[str, str], BillLine] = {}
-
-    def add(self, record: RecordedRequest) -> None:
-        usage = record.usage
-        assert usage is not None
-        line = self.lines.setdefault((record.service_tier, str(record.model)), BillLine())
-        line.requests += 1
-        line.prompt_tokens += usage.prompt_tokens
-        line.completion_tokens += usage.completion_tokens
-        line.cached_tokens += usage.cached_tokens
-        line.cache_write_tokens += usage.cache_write_tokens
-        line.cache_write_1h_tokens += usage.cache_write_1h_tokens
-        if record.cut:
-            line.cut_requests += 1
-            line.cut_prompt_tokens += usage.prompt_tokens
-
-
-def key_hash(key: str) -> str:
-    """The 12-hex-digit SHA-256 prefix that stands for an API key in records and logs."""
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
 class _App:
     """The request pipeline, shared state and RNGs; runs on the server thread's event loop."""
 
-    def __init__(self, config: OfflineConfig, policies: dict[str, Policy]) -> None:
+    def __init__(
+        self, config: OfflineConfig, policies: dict[str, Policy], interceptor: Interceptor
+    ) -> None:
         self.config = config
         self.policies = dict(policies)
-        self.lock = threading.Lock()  # guards the log, the script and the RNGs
+        self.interceptor = interceptor
+        self.lock = threading.Lock()  # guards the log, the bill and the RNG
         # The most recent requests only: each holds its whole conversation, so keeping all of a
         # long rehearsal's (21,000 requests of 40-call conversations) would take gigabytes.
         self.records: deque[RecordedRequest] = deque(maxlen=config.request_log)
         self.bill = Bill()
-        self.script: deque[Scripted] = deque()
         self.tasks: set[asyncio.Task[Any]] = set()
-        #: `OfflineProvider.hold`: requests still answered before the gate closes (None: open),
-        #: the gate held requests wait on, and how many wait.
-        self.answered_before_hold: int | None = None
-        self.gate = asyncio.Event()
-        self.held = 0
-        self.held_changed = threading.Condition(self.lock)
         self._seq = itertools.count(1)
         self.quotas = Quotas(config.quotas)
         signer = anthropic.Signer(os.urandom(32))
@@ -231,23 +138,28 @@ class _App:
             self.batch_request,
             {"/v1/chat/completions": self.chat_codec, "/v1/responses": self.responses_codec},
             config.require_key,
+            interceptor.batch_fates,
         )
         self.anthropic_batches = AnthropicBatchEmulator(
-            config.batch, config.seed, self.batch_request, self.messages_codec, config.require_key
+            config.batch,
+            config.seed,
+            self.batch_request,
+            self.messages_codec,
+            config.require_key,
+            interceptor.batch_fates,
         )
         self.reset()
 
     def reset(self) -> None:
+        """Clear the log, the bill, the conversation caches and the quota windows, reseed the
+        latency, and reset the interceptor."""
         with self.lock:
             self.records.clear()
             self.bill = Bill()
-            self.script.clear()
-            # Separate streams, so enabling latency does not shift the fault pattern.
-            self.fault_rng = random.Random(f"{self.config.seed}:faults")
+            # A stream of its own, so an interceptor's draws never shift the latencies.
             self.latency_rng = random.Random(f"{self.config.seed}:latency")
         self.quotas.reset()
-        self.openai_batches.reseed()
-        self.anthropic_batches.reseed()
+        self.interceptor.reset()
         for codec in self.codecs:
             codec.reset()
 
@@ -301,7 +213,7 @@ class _App:
         """One request through the pipeline (an HTTP request, or a request of a batch), its
         response, the record kept in the request log and its usage on the bill."""
         try:
-            await self._at_the_gate()
+            await self.interceptor.gate()
             try:
                 response = await self._pipeline(codec, headers, read, record)
             except Problem as problem:
@@ -337,24 +249,6 @@ class _App:
 
         return await self.execute(codec, headers, read, record)
 
-    async def _at_the_gate(self) -> None:
-        """`OfflineProvider.hold`: past the requests still answered, wait for `release`."""
-        with self.lock:
-            if self.answered_before_hold is None:
-                return
-            if self.answered_before_hold > 0:
-                self.answered_before_hold -= 1
-                return
-            gate = self.gate
-            self.held += 1
-            self.held_changed.notify_all()
-        try:
-            await gate.wait()
-        finally:
-            with self.lock:
-                self.held -= 1
-                self.held_changed.notify_all()
-
     # -- the pipeline -------------------------------------------------------------------------
 
     async def _pipeline(
@@ -366,24 +260,25 @@ class _App:
     ) -> web.Response:
         """The stages of the module docstring; a failure at any of them raises `Problem`."""
         parsed, policy = await self._parse(codec, headers, read, record)  # 1. auth, 2. parse
-        spec, entry = self._admit(parsed, record)  # 3. quota admission
+        ticket, entry = self._admit(parsed, record)  # 3. quota admission
         try:
-            await self._delay(spec, record)  # 4. latency
-            reply_faults = await self._faults(spec, record)  # 5. faults
+            await ticket.delay(record)  # 4. latency
+            latency = self._latency()
+            record.delayed += latency
+            await asyncio.sleep(latency)
+            await ticket.fault(record)
         except asyncio.CancelledError:
             # Admitted, then cut (the client's time budget, or the server stopping): the
             # prompt was received and is billed, which is what the client estimates for it.
             record.cut = True
             record.usage = Usage(parsed.prompt_tokens, 0, 0)
             raise
-        shown = codec.policy_request(parsed)  # 6. policy, and the reply faults
-        reply = self._reply(policy, shown, parsed.model)
-        reply = self._damaged(reply, reply_faults, shown, spec, record)
-        encoded = codec.encode(parsed, reply, record.key_hash)  # 7. encode
+        shown = codec.policy_request(parsed)  # 5. policy
+        reply = ticket.damage(self._reply(policy, shown, parsed.model), shown, record)
+        encoded = codec.encode(parsed, reply, record.key_hash)  # 6. encode
         record.usage, record.conversation = encoded.usage, encoded.conversation
         self.quotas.add(entry, encoded.usage.completion_tokens)
-        if spec is not None and spec.kind == "no_usage":
-            codec.drop_usage(encoded.body)
+        ticket.encoded(codec, encoded.body)
         return web.json_response(encoded.body, dumps=lambda obj: orjson.dumps(obj).decode())
 
     async def _parse(
@@ -411,51 +306,18 @@ class _App:
             raise codec.unknown_model(parsed.model, sorted(self.policies))
         return parsed, policy
 
-    def _admit(
-        self, parsed: Parsed, record: RecordedRequest
-    ) -> tuple[Scripted | None, list[float] | None]:
-        """The scripted behaviour queued for this model, if any (a scripted failure is raised
-        here, and a scripted request counts against no quota); else the quota windows' entry
-        of the admitted request (None without quotas)."""
-        spec = self._next_scripted(parsed.model)
-        if spec is not None:
-            record.scripted, record.fault = True, spec.kind
-            problem = scripted_problem(spec, lambda: parsed.prompt_tokens)
-            if problem is not None:
-                record.retry_after = problem.retry_after
-                raise problem
-            return spec, None
+    def _admit(self, parsed: Parsed, record: RecordedRequest) -> tuple[Ticket, list[float] | None]:
+        """The interceptor's ticket for the request (it may fail it here, or take it past the
+        quota windows), and the quota windows' entry of the admitted request (None without
+        quotas, or past them)."""
+        ticket = self.interceptor.ticket(parsed, record)
+        if ticket.bypasses_quota:
+            return ticket, None
         try:
-            return None, self.quotas.admit(record.key_hash or "", lambda: parsed.prompt_tokens)
+            return ticket, self.quotas.admit(record.key_hash or "", lambda: parsed.prompt_tokens)
         except Problem:
             record.fault = "quota"
             raise
-
-    async def _delay(self, spec: Scripted | None, record: RecordedRequest) -> None:
-        """A scripted hang or delay, then the configured latency."""
-        if spec is not None and spec.kind in ("hang", "latency"):
-            seconds = self.config.hang_seconds if spec.seconds is None else spec.seconds
-            record.delayed += seconds
-            await asyncio.sleep(seconds)
-        latency = self._latency()
-        record.delayed += latency
-        await asyncio.sleep(latency)
-
-    async def _faults(self, spec: Scripted | None, record: RecordedRequest) -> list[str]:
-        """The reply faults to apply, in order: the scripted one, or the seeded draws (a seeded
-        server error is raised here, a seeded hang waited out, with no reply fault after it)."""
-        if spec is not None:
-            return [spec.kind] if spec.kind in REPLY_FAULTS else []
-        fired, status = self._draw_faults()
-        if "http_500" in fired:
-            record.fault = "http_500"
-            raise seeded_server_error(status)
-        if "hang" in fired:
-            record.fault = "hang"
-            record.delayed += self.config.hang_seconds
-            await asyncio.sleep(self.config.hang_seconds)
-            return []
-        return [kind for kind in fired if kind in REPLY_FAULTS]
 
     def _reply(self, policy: Policy, shown: dict[str, Any], model: str) -> PolicyReply:
         try:
@@ -466,37 +328,9 @@ class _App:
                 "server_error", f"offline policy for {model} failed: {error!r}", status=500
             ) from None
 
-    def _damaged(
-        self,
-        reply: PolicyReply,
-        faults: list[str],
-        shown: dict[str, Any],
-        spec: Scripted | None,
-        record: RecordedRequest,
-    ) -> PolicyReply:
-        """The reply with the first of `faults` that applies (a fault needing a tool call
-        applies to none without one); the record names the fault that applied."""
-        for kind in faults:
-            reply, applied = apply_reply_fault(reply, kind, shown.get("tools"))
-            if applied:
-                record.fault = kind
-                return reply
-        if spec is not None and faults:
-            record.fault = None  # scripted, but the reply had no tool call to damage
-        return reply
-
     def _policy(self, model: str) -> Policy | None:
         """The policy serving `model`, under its own name or an alias (`offline.model_aliases`)."""
         return self.policies.get(self.config.model_aliases.get(model, model))
-
-    def _next_scripted(self, model: str) -> Scripted | None:
-        """Pop the first queued behaviour meant for this model (or for any model)."""
-        with self.lock:
-            for i, spec in enumerate(self.script):
-                if spec.model is None or spec.model == model:
-                    del self.script[i]
-                    return spec
-        return None
 
     def _latency(self) -> float:
         latency = self.config.latency
@@ -509,24 +343,12 @@ class _App:
             delay = self.latency_rng.lognormvariate(mu, latency.sigma)
         return min(delay, latency.max_seconds) if latency.max_seconds is not None else delay
 
-    def _draw_faults(self) -> tuple[list[str], int]:
-        """Which random faults fire for this request, and the status a server error would use.
-
-        Every admitted unscripted request draws the same number of values whatever fires, so a
-        seed reproduces the same pattern over the same sequence of requests.
-        """
-        rates = self.config.faults
-        with self.lock:
-            draws = {kind: self.fault_rng.random() for kind in FAULT_ORDER}
-            status = self.fault_rng.choice(SERVER_ERROR_STATUSES)
-        return [kind for kind in FAULT_ORDER if draws[kind] < getattr(rates, kind)], status
-
 
 class OfflineProvider:
     """The server in a background thread: `with OfflineProvider(config) as p: p.base_url`.
 
-    `script()` queues one-shot behaviours, `requests` lists what the server saw, `reset()`
-    clears the log, the script, the conversation caches, the quota windows and reseeds the RNGs.
+    `requests` lists what the server saw, `bill` what it billed. `interceptor`: what to add to
+    the pipeline (`hooks.py`; the test kit's `EmulatedProvider` passes its own).
     """
 
     def __init__(
@@ -536,11 +358,16 @@ class OfflineProvider:
         *,
         host: str = "127.0.0.1",
         port: int | None = None,
+        interceptor: Interceptor | None = None,
     ) -> None:
         self.config = config or OfflineConfig()
         self.host = host
         self._requested_port = self.config.port if port is None else port
-        self._app = _App(self.config, default_policies() if policies is None else policies)
+        self._app = _App(
+            self.config,
+            default_policies() if policies is None else policies,
+            Interceptor() if interceptor is None else interceptor,
+        )
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -550,7 +377,7 @@ class OfflineProvider:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> OfflineProvider:
+    def start(self) -> Self:
         """Start serving; returns once the socket accepts connections."""
         if self._thread is not None:
             raise RuntimeError("this OfflineProvider was already started")
@@ -576,7 +403,7 @@ class OfflineProvider:
         if thread.is_alive():
             raise RuntimeError(f"offline provider did not stop within {timeout}s")
 
-    def __enter__(self) -> OfflineProvider:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -647,7 +474,7 @@ class OfflineProvider:
             await runner.cleanup()
             sock.close()
 
-    # -- what tests use -----------------------------------------------------------------------
+    # -- what it saw ---------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
@@ -679,44 +506,9 @@ class OfflineProvider:
     @property
     def bill(self) -> dict[tuple[str, str], BillLine]:
         """The emulator's bill so far: usage of every billed request by (service tier, model),
-        e.g. `bill[("batch", "gpt-5.4-mini")].prompt_tokens` (cleared by `reset`)."""
+        e.g. `bill[("batch", "gpt-5.4-mini")].prompt_tokens`."""
         with self._app.lock:
             return {key: replace(line) for key, line in self._app.bill.lines.items()}
-
-    def script(self, *specs: Scripted) -> None:
-        """Queue one-shot behaviours, consumed in order by the next matching requests."""
-        with self._app.lock:
-            self._app.script.extend(specs)
-
-    def reset(self) -> None:
-        self._app.reset()
-
-    def hold(self, after: int = 0) -> None:
-        """Answer the next `after` requests, then hold every later one, unanswered, until
-        `release`: a test keeps a run in flight for as long as it needs (to kill a process
-        mid-run), waiting on `wait_held` rather than on a clock."""
-        with self._app.lock:
-            self._app.answered_before_hold = after
-            self._app.gate = asyncio.Event()
-
-    def release(self) -> None:
-        """Answer the held requests, and every later one."""
-        with self._app.lock:
-            self._app.answered_before_hold = None
-            gate = self._app.gate
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the server has stopped
-                self._loop.call_soon_threadsafe(gate.set)
-
-    def wait_held(self, count: int = 1, timeout: float = 300.0) -> bool:
-        """Until at least `count` requests are held (False if `timeout` passed first)."""
-        with self._app.held_changed:
-            return self._app.held_changed.wait_for(lambda: self._app.held >= count, timeout)
-
-    @property
-    def held(self) -> int:
-        with self._app.lock:
-            return self._app.held
 
 
 def serve(

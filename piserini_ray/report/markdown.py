@@ -10,7 +10,7 @@ from piserini_ray.report.budget import budget_markdown
 from piserini_ray.report.decided import decision_text, decisions_markdown
 from piserini_ray.report.imported import imported_lines
 from piserini_ray.report.panel import panel_markdown
-from piserini_ray.report.run_metrics import Estimate, RunMetrics
+from piserini_ray.report.run_metrics import Estimate, RunMetrics, ServedCost
 
 #: The paper's BrowseComp-Plus results (docs/spec.md §9), shown beside ours and labelled as such.
 PAPER_ROWS = [
@@ -43,12 +43,21 @@ def _cost(m: RunMetrics) -> str:
         return "n/a"
     text = cost_text(m.cost_usd, m.cost_estimated_usd, m.calls_usage_estimated)
     if m.served is not None:
-        s = m.served
-        text += (
-            f" (served by {s.engine}: {s.replica_hours:.4f} server-hours x "
-            f"${s.price_per_replica_hour:g} = ${s.cost_usd:,.4f}; tokens free)"
-        )
+        text += f" ({_served(m.served)})"
     return text
+
+
+def _served(s: ServedCost) -> str:
+    return (
+        f"served by {s.engine}: {s.replica_hours:.4f} server-hours x "
+        f"${s.price_per_replica_hour:g} = ${s.cost_usd:,.4f}; tokens free"
+    )
+
+
+def _judge_cost(m: RunMetrics) -> str:
+    """The judge's cost, and for a judge the run serves, its servers' hours."""
+    text = _num(m.judge_cost_usd, "${:,.4f}")
+    return text + (f", {_served(m.judge_served)}" if m.judge_served is not None else "")
 
 
 def _tokens(m: RunMetrics) -> str:
@@ -262,5 +271,5 @@ def _usage_line(m: RunMetrics) -> str:
         "Tool calls per query: "
         + ", ".join(f"{k} {v}" for k, v in m.tool_calls_per_query.items())
         + f". {_tokens(m)}. Cost {_cost(m)} "
-        f"(+ judge {_num(m.judge_cost_usd, '${:,.4f}')}), prices from {m.pricing_source}."
+        f"(+ judge {_judge_cost(m)}), prices from {m.pricing_source}."
     )

@@ -199,6 +199,9 @@ class RunMetrics(BaseModel):
     #: A model the run serves (`model.serve`): its servers' hours and their cost, which
     #: `cost_usd` includes (its tokens cost nothing more).
     served: ServedCost | None = None
+    #: A judge the run serves: its servers' hours charged to this run and their cost, which
+    #: `judge_cost_usd` includes.
+    judge_served: ServedCost | None = None
     #: Its part in a `stop_when_decided` sweep: where its comparison was decided, what that
     #: saved, its accuracy's confidence sequence (`report/decided.py`).
     decision: DecisionFigures | None = None
@@ -444,8 +447,9 @@ def _usage_fields(
     price = pricing.model_price(config.model) if usage else None
     judge_price = pricing.model_price(config.judge_model())
     judge_usage = sum((j.usage for j in judgements.values()), Usage())
-    hours = served_cost(served)
+    hours = served_cost([s for s in served if s.role == "agent"])
     served_usd = hours.cost_usd if hours is not None else 0.0
+    judge_hours = served_cost([s for s in served if s.role == "judge"])
     tokens_cost = sum(price.cost(f.usage) for f in facts) if price else None
     return {
         "tool_calls_per_query": {k: round(v / n, 3) for k, v in sorted(tools.items())}
@@ -466,7 +470,13 @@ def _usage_fields(
         else None,
         "calls_usage_estimated": sum(f.calls_usage_estimated for f in facts),
         "calls_without_usage": sum(f.calls_without_usage for f in facts),
-        "judge_cost_usd": round(judge_price.cost(judge_usage), 4) if judge_price else None,
+        # A served judge's tokens are free (its price is zero): its hours are its cost.
+        "judge_cost_usd": round(
+            judge_price.cost(judge_usage) + (judge_hours.cost_usd if judge_hours else 0.0), 4
+        )
+        if judge_price
+        else None,
+        "judge_served": judge_hours,
         "pricing_source": {
             m.name: served_source(m) if m.serve else pricing.source(m.name, m.service_tier)
             for m in (config.model, config.judge_model())

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from piserini_ray.endpoints import ModelEndpoints
+from piserini_ray.endpoints import ModelEndpoints, StopServers
 from piserini_ray.runtime.background import on_thread
 
 if TYPE_CHECKING:
-    from piserini_ray.config import RunConfig
+    from piserini_ray.config import ModelConfig, RunConfig
     from piserini_ray.data import Query
     from piserini_ray.engine_contract import PreparedRun
     from piserini_ray.records import QueryRecord
@@ -55,10 +55,18 @@ class RayEngine:
 
     def __init__(self, release_ray: bool = False) -> None:
         self._bring_up: Future[Replicas] | None = None
-        self.endpoints = ModelEndpoints()
+        #: Where a served judge's servers go: on the cluster, placed by their resources.
+        self.endpoints = ModelEndpoints(place=self._place)
         self.release_ray = release_ray
+        self._log: Callable[[str], None] = print
+
+    def _place(self, model: ModelConfig) -> tuple[str, StopServers]:
+        from piserini_ray.runtime.model_servers import place_on_cluster
+
+        return place_on_cluster(model, self._log)
 
     def start(self, configs: list[RunConfig], log: Callable[[str], None]) -> None:
+        self._log = log
         if self._bring_up is not None:
             return
         from piserini_ray.runtime.ray_env import start_ray_async
@@ -88,7 +96,8 @@ class RayEngine:
         ensure_ray(config, log)
         from piserini_ray.runtime.judging import judge_on_ray
 
-        api_base = self.endpoints.api_base(config.judge_model(), config.offline)
+        self._log = log
+        api_base = self.endpoints.api_base(config.judge_model(), config.offline, store)
         judge_on_ray(config, store, records, queries, api_base, log)
 
     def close(self) -> None:

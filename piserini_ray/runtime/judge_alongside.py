@@ -134,7 +134,7 @@ class JudgeAlongside:
         ) -> None:
             key = (id(store), judged.judge_model().name)
             if key not in clients:
-                api_base = self.endpoints.api_base(judged.judge_model(), judged.offline)
+                api_base = self.endpoints.api_base(judged.judge_model(), judged.offline, store)
                 client = judge_client(judged, api_base)  # the judging after the run's
                 clients[key] = (client, asyncio.Semaphore(judged.judge.concurrency))
             client, gate = clients[key]

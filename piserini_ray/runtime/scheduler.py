@@ -52,7 +52,7 @@ from piserini_ray.runtime.identity import code_identity
 from piserini_ray.runtime.judge_alongside import JudgeAlongside
 from piserini_ray.runtime.limiter_actor import RemoteLimiter
 from piserini_ray.runtime.metrics import RunExporter
-from piserini_ray.runtime.model_servers import ServedModels, served_key
+from piserini_ray.runtime.model_servers import ServedModels
 from piserini_ray.runtime.ray_env import cluster_can_grow, start_ray
 from piserini_ray.runtime.readiness import (
     PROGRESS_SECONDS,
@@ -64,6 +64,7 @@ from piserini_ray.runtime.readiness import (
 from piserini_ray.runtime.relay import relayed
 from piserini_ray.runtime.shipping import serve_index
 from piserini_ray.runtime.worker import QueryJob, SearchWorker
+from piserini_ray.serving import served_key
 
 if TYPE_CHECKING:
     from piserini_ray.endpoints import ModelEndpoints
@@ -479,6 +480,8 @@ class Dispatcher:
         self.alongside: JudgeAlongside | None = None
         #: The runs whose stop (`piserini-ray stop`) the replicas were told of, by run dir.
         self._stopped: set[str] = set()
+        #: The runs whose model has no server left (`_unserved`), by run dir.
+        self._unserved_runs: set[str] = set()
         #: Each run's Ray metrics, told of its records and verdicts by its store.
         self.exporters = {str(r.run_dir): RunExporter(r) for r in runs}
         for run in runs:
@@ -554,7 +557,14 @@ class Dispatcher:
             index = min(free, key=lambda i: group.load.get(i, 0))
             server, base = None, None
             if self.served is not None and self.served.serves(plan.config.model):
-                server, base = self.served.pick(plan.config.model)
+                if self.served.gone(plan.config.model):
+                    self._unserved(plan)
+                    continue
+                picked = self.served.pick(plan.config.model)
+                if picked is None:  # its servers are being replaced: it waits for one
+                    deferred.append((plan, query))
+                    continue
+                server, base = picked
             job = self._job(plan, query, group.nodes[index], base)
             ref = group.actors[index].run.remote(job, self._keys(plan))
             group.load[index] = group.load.get(index, 0) + 1
@@ -652,12 +662,32 @@ class Dispatcher:
                 f"every searcher replica died; {len(self.queue)} queries were not run. Their "
                 "records are missing, nothing else is lost: fix the cluster and resume."
             )
-        ready, _ = ray.wait([*self.in_flight, *probes], num_returns=1, timeout=1.0)
+        servers = self.served.watched() if self.served is not None else []
+        ready, _ = ray.wait([*self.in_flight, *probes, *servers], num_returns=1, timeout=1.0)
         for ref in ready:
             if ref in probes:
                 self._probe_returned(ref, *probes[ref])
-            else:
+            elif ref in self.in_flight:
                 self._query_returned(ref, self.in_flight.pop(ref))
+            elif self.served is not None and (moved := self.served.returned(ref)):
+                self._redirect(*moved)
+
+    def _redirect(self, old: str, new: str) -> None:
+        """A served model's server moved (lost, and placed again elsewhere): every replica's
+        calls in flight to `old` are retried at `new` (`SearchWorker.redirect`)."""
+        for group in self.replicas.groups.values():
+            for index, actor in enumerate(group.actors):
+                if index not in group.dead:
+                    actor.redirect.remote(old, new)
+
+    def _unserved(self, plan: PreparedRun) -> None:
+        """A query whose model has no server left is not started: it stays for a resume."""
+        if str(plan.run_dir) not in self._unserved_runs:
+            self._unserved_runs.add(str(plan.run_dir))
+            self.log(
+                f"{plan.run_dir}: every server of {plan.config.model.name} is gone for good; "
+                "its queries not started stay for a resume (`piserini-ray resume`)"
+            )
 
     def _show_live(self, waiting: dict[str, int]) -> None:
         """Each run's gauges for its live status: its queries in flight, the calls waiting on

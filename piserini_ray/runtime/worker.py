@@ -149,6 +149,8 @@ class SearchWorker:
         self._services: Any = None  # the job's actor on the driver's node, once looked up
         #: A stop event per run id (`stop_run`): its queries here end as retryable.
         self._stops: dict[str, asyncio.Event] = {}
+        #: Where each moved server of a served model is now, by its old address (`redirect`).
+        self._moved: dict[str, str] = {}
         # A failed import is raised where the module is used (the check, the first query).
         self._imports = on_thread(_load_model_modules, "imports")
         self._jvm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jvm")
@@ -238,8 +240,21 @@ class SearchWorker:
             self._services = driver_services()
         return self._services
 
+    async def redirect(self, old: str, new: str) -> None:
+        """A served model's server moved from `old` to `new` (`model_servers.py`): the calls in
+        flight to it here are retried there, and every later job for `old` goes there too."""
+        self._moved = {was: new if now == old else now for was, now in self._moved.items()}
+        self._moved[old] = new
+        moved = [client for client in self._clients.values() if client.api_base == old]
+        for client in moved:
+            client.move(new)
+        _say(f"model server moved from {old} to {new} ({len(moved)} client(s) follow)")
+
     async def _api_base(self, job: QueryJob) -> str | None:
-        """The URL this replica's client calls for `job.api_base`: its relay's, if relayed."""
+        """The URL this replica's client calls for `job.api_base`: its relay's, if relayed;
+        where a served model's server moved to, if it did (`redirect`)."""
+        if job.api_base in self._moved:
+            return self._moved[job.api_base]
         if not job.relay or job.api_base is None:
             return job.api_base
         if job.api_base not in self._relays:

@@ -3,6 +3,6 @@ command and health protocol (`presets.py`), one server as a child process that i
 checked and stopped (`process.py`)."""
 
 from piserini_ray.serving.presets import PRESETS, EnginePreset, litellm_route
-from piserini_ray.serving.process import ServeError, ServerProcess
+from piserini_ray.serving.process import ServeError, ServerProcess, served_key
 
-__all__ = ["PRESETS", "EnginePreset", "ServeError", "ServerProcess", "litellm_route"]
+__all__ = ["PRESETS", "EnginePreset", "ServeError", "ServerProcess", "litellm_route", "served_key"]

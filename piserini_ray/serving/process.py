@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from piserini_ray.config import ModelConfig
 from piserini_ray.config.serving import ServeConfig
 from piserini_ray.errors import ConfigError, PiseriniRayError
 from piserini_ray.serving.presets import PRESETS
@@ -301,3 +302,8 @@ def _this_python() -> str:
     import sys
 
     return sys.executable
+
+
+def served_key(model: ModelConfig) -> str:
+    """One set of servers per served model: its name and `serve` block."""
+    return model.model_dump_json(include={"name", "serve"})

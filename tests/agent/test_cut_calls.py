@@ -21,18 +21,12 @@ from piserini_ray.config import AgentConfig, ModelConfig, RetryConfig, RunConfig
 from piserini_ray.data import Benchmark
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.metrics.cost import CostGuard, load_pricing
-from piserini_ray.offline import (
-    OfflineConfig,
-    OfflineProvider,
-    PolicyReply,
-    PolicyToolCall,
-    Scripted,
-    default_policies,
-)
+from piserini_ray.offline import OfflineConfig, PolicyReply, PolicyToolCall, default_policies
 from piserini_ray.offline.tokens import count_prompt_tokens
 from piserini_ray.records import QueryRecord
 from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 QUESTION_ID = "2hop__150763_14904"
 FAST_RETRY = RetryConfig(backoff_base=0.05, backoff_cap=0.2, max_attempts=4)
@@ -47,15 +41,15 @@ def searches(_request: dict[str, Any]) -> PolicyReply:
 
 
 @pytest.fixture
-def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[OfflineProvider]:
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatedProvider]:
     monkeypatch.setenv(KEY, "sk-test-cut-calls")
     config = OfflineConfig(model_aliases={"gpt-5": "test/searches"})
-    with OfflineProvider(config, default_policies() | {"test/searches": searches}) as p:
+    with EmulatedProvider(config, default_policies() | {"test/searches": searches}) as p:
         yield p
 
 
 def _run(
-    searcher, provider: OfflineProvider, sample: Benchmark, model: str, budget: float
+    searcher, provider: EmulatedProvider, sample: Benchmark, model: str, budget: float
 ) -> QueryRecord:
     config = ModelConfig(name=model, litellm_model=f"openai/{model}", api_key_env=KEY)
     client = LLMClient(config, FAST_RETRY, api_base=provider.base_url, seed=1)
@@ -202,7 +196,7 @@ def test_a_call_refused_at_the_door_is_not_estimated(searcher, provider, sample)
     assert record.usage.input_tokens == 0
 
 
-def _wait_until_idle(provider: OfflineProvider) -> None:
+def _wait_until_idle(provider: EmulatedProvider) -> None:
     """Until the provider has handled every request (a cut one ends when its client leaves)."""
     # The client left before the run ended: the handler of the cut request is cancelled.
     wait_for("the cut request's handler cancelled", lambda: provider.in_flight == 0, 30)

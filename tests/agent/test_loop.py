@@ -19,16 +19,15 @@ from piserini_ray.llm.client import LLMClient
 from piserini_ray.offline import (
     LatencyConfig,
     OfflineConfig,
-    OfflineProvider,
     PolicyReply,
     PolicyToolCall,
-    Scripted,
     default_policies,
 )
 from piserini_ray.offline.long_horizon import MAX_CALLS, MIN_CALLS, planned_calls
 from piserini_ray.records import QueryRecord, Usage
 from piserini_ray.store import RunStore
 from piserini_ray.tools import ToolSession, tool_schemas
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 QUESTION_ID = "2hop__150763_14904"
 FAST_RETRY = RetryConfig(backoff_base=0.05, backoff_cap=0.2, max_attempts=6)
@@ -87,7 +86,7 @@ POLICIES = {
 
 @pytest.fixture
 def provider():
-    with OfflineProvider(OfflineConfig(), default_policies() | POLICIES) as p:
+    with EmulatedProvider(OfflineConfig(), default_policies() | POLICIES) as p:
         yield p
 
 
@@ -191,7 +190,7 @@ def test_long_horizon_makes_its_planned_number_of_calls(searcher, provider, samp
 
 def test_steer_blocks_tools_and_budget_stops_the_query(searcher, sample) -> None:
     latency = OfflineConfig(latency=LatencyConfig(kind="fixed", seconds=0.3))
-    with OfflineProvider(latency, POLICIES) as provider:
+    with EmulatedProvider(latency, POLICIES) as provider:
         record, session = _run(
             searcher, provider, sample, "test/stubborn", agent=AgentConfig(budget_seconds=3)
         )
@@ -213,7 +212,7 @@ def test_steer_blocks_tools_and_budget_stops_the_query(searcher, sample) -> None
 
 def test_steer_then_answer_completes(searcher, sample) -> None:
     latency = OfflineConfig(latency=LatencyConfig(kind="fixed", seconds=0.3))
-    with OfflineProvider(latency, POLICIES) as provider:
+    with EmulatedProvider(latency, POLICIES) as provider:
         record, _ = _run(
             searcher, provider, sample, "test/steerable", agent=AgentConfig(budget_seconds=2)
         )

@@ -228,14 +228,6 @@ RUN_IDENTITY = [
     "offline.quotas.requests_per_minute",
     "offline.quotas.tokens_per_minute",
     "offline.quotas.window_seconds",
-    "offline.faults",
-    "offline.faults.http_500",
-    "offline.faults.hang",
-    "offline.faults.empty_reply",
-    "offline.faults.malformed_arguments",
-    "offline.faults.unknown_tool",
-    "offline.faults.missing_fields",
-    "offline.hang_seconds",
     "offline.seed",
     "offline.request_log",
     "offline.model_aliases",
@@ -370,8 +362,6 @@ NOT_RUN_IDENTITY = [
     "judge.panel_ties",
     "offline.batch",
     "offline.batch.completion_seconds",
-    "offline.batch.error_rate",
-    "offline.batch.expire_rate",
     "offline.batch.max_requests",
     "offline.batch.max_bytes",
     "run.epochs",
@@ -437,6 +427,74 @@ def test_the_offline_settings_name_only_runs_that_the_offline_provider_serves() 
         == load_config(None, hosted).config_hash()
     )
     assert load_config(None, {"offline.seed": 7}).config_hash() != load_config(None).config_hash()
+
+
+#: Run names that must never change: the built-in defaults' (`configs/default.yaml`), and the
+#: shipped rehearsal configs'. The offline section's fault settings left the product (to the
+#: test kit) with these names kept (`OfflineConfig.RETIRED_IDENTITY`).
+PINNED_HASHES = {
+    None: "566fc1123f8b5d5c",
+    "default.yaml": "566fc1123f8b5d5c",
+    "batch_offline.yaml": "9d0032ea712e7e92",
+    "browsecomp-plus.yaml": "536f0e11df7e3d30",
+}
+
+
+@pytest.mark.parametrize("name", list(PINNED_HASHES))
+def test_existing_run_names_are_pinned(name: str | None) -> None:
+    from pathlib import Path
+
+    path = None if name is None else Path(__file__).resolve().parents[2] / "configs" / name
+    assert load_config(path).config_hash() == PINNED_HASHES[name]
+    if name is None:
+        assert RunConfig().config_hash() == PINNED_HASHES[None]
+
+
+def test_the_retired_fault_settings_stay_in_the_identity_as_constants() -> None:
+    from piserini_ray.config import OfflineConfig, identity_data
+
+    data = identity_data(OfflineConfig())
+    assert data["hang_seconds"] == 3600.0
+    assert data["faults"] == dict.fromkeys(
+        (
+            "http_500",
+            "hang",
+            "empty_reply",
+            "malformed_arguments",
+            "unknown_tool",
+            "missing_fields",
+        ),
+        0.0,
+    )
+
+
+def test_a_manifest_written_with_the_old_fault_settings_loads_as_the_same_run() -> None:
+    """Every manifest written before the faults left the config holds them at zero."""
+    old = RunConfig().model_dump(mode="json")
+    old["offline"] |= {"faults": {"http_500": 0.0, "hang": 0.0}, "hang_seconds": 3600.0}
+    old["offline"]["batch"] |= {"error_rate": 0.0, "expire_rate": 0.0}
+    loaded = RunConfig.model_validate(old)
+    assert loaded == RunConfig() and loaded.config_hash() == PINNED_HASHES[None]
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ({"offline.faults.http_500": 0.2}, "offline.faults"),
+        ({"offline.faults": {"hang": 1.0}}, "offline.faults"),
+        ({"offline.hang_seconds": 5}, "offline.hang_seconds"),
+        ({"offline.batch.error_rate": 0.1}, "offline.batch.error_rate"),
+        ({"offline.batch.expire_rate": 0.1}, "offline.batch.expire_rate"),
+    ],
+)
+def test_a_config_that_sets_a_fault_is_told_where_faults_went(
+    override: dict[str, object], key: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, override)
+    message = str(refused.value)
+    assert f"{key} was removed" in message
+    assert "piserini_ray_testkit.EmulatedProvider" in message and "model.api_base" in message
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from piserini_ray.cli import main
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 
 def _config(tmp_path: Path, api_base: str, name: str = "gpt-check") -> Path:
@@ -30,7 +31,7 @@ def _dead_port() -> int:
 
 @pytest.mark.parametrize("fault", ["wrong key", "wrong model", "dead endpoint"])
 def test_run_check_stops_with_exit_2_and_the_reason(tmp_path: Path, capsys, fault: str) -> None:
-    with OfflineProvider(OfflineConfig(model_aliases={"gpt-check": "offline/heuristic"})) as p:
+    with EmulatedProvider(OfflineConfig(model_aliases={"gpt-check": "offline/heuristic"})) as p:
         base = p.base_url
         if fault == "wrong key":
             p.script(Scripted(kind="auth_error"))
@@ -48,7 +49,7 @@ def test_run_check_stops_with_exit_2_and_the_reason(tmp_path: Path, capsys, faul
 
 
 def test_run_check_passes_for_a_live_model(tmp_path: Path, capsys) -> None:
-    with OfflineProvider(OfflineConfig(model_aliases={"gpt-check": "offline/heuristic"})) as p:
+    with EmulatedProvider(OfflineConfig(model_aliases={"gpt-check": "offline/heuristic"})) as p:
         assert main(["run", "--check", "--config", str(_config(tmp_path, p.base_url))]) == 0
         assert len(p.requests) == 1  # one tiny request, no run
     assert "checked gpt-check" in capsys.readouterr().err

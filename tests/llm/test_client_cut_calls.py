@@ -18,8 +18,9 @@ from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import CallTrace, LLMClient
 from piserini_ray.llm.failures import RetryError
 from piserini_ray.llm.usage import character_estimate, count_prompt, local_tokenizer
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.tools import tool_schemas
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 MESSAGES = [
     {"role": "system", "content": SYSTEM_PROMPT},
@@ -30,9 +31,9 @@ TINY_BACKOFF = RetryConfig(backoff_base=0.01, backoff_cap=0.02, max_attempts=3)
 
 
 @pytest.fixture
-def provider() -> Iterator[OfflineProvider]:
+def provider() -> Iterator[EmulatedProvider]:
     config = OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})
-    with OfflineProvider(config) as p:
+    with EmulatedProvider(config) as p:
         yield p
 
 
@@ -62,7 +63,7 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PISERINI_TEST_CUT_KEY", "sk-test-cut-calls")
 
 
-def _client(provider: OfflineProvider, name: str = "offline/heuristic") -> LLMClient:
+def _client(provider: EmulatedProvider, name: str = "offline/heuristic") -> LLMClient:
     config = ModelConfig(
         name=name, litellm_model=f"openai/{name}", api_key_env="PISERINI_TEST_CUT_KEY"
     )
@@ -70,7 +71,7 @@ def _client(provider: OfflineProvider, name: str = "offline/heuristic") -> LLMCl
 
 
 async def _cut(
-    client: LLMClient, provider: OfflineProvider, messages: list[dict[str, Any]] = MESSAGES
+    client: LLMClient, provider: EmulatedProvider, messages: list[dict[str, Any]] = MESSAGES
 ) -> CallTrace:
     """One call, cancelled (as the budget's watchdog cancels it) once the provider holds it;
     returns once the provider has let the request go (and billed it)."""
@@ -86,7 +87,7 @@ async def _cut(
     return trace
 
 
-def _served_prompt(provider: OfflineProvider) -> int:
+def _served_prompt(provider: EmulatedProvider) -> int:
     """The prompt tokens the provider counted for MESSAGES and TOOLS (a normal reply)."""
     reply = [r for r in provider.requests if r.status == 200 and r.usage is not None][-1]
     assert reply.usage is not None

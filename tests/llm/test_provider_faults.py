@@ -17,7 +17,8 @@ from piserini_ray.llm.client import Completion, LLMClient
 from piserini_ray.llm.error_catalogue import parse_retry_after
 from piserini_ray.llm.failures import FailureKind, RetryError
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 MESSAGES = [
     {"role": "system", "content": SYSTEM_PROMPT},
@@ -29,12 +30,12 @@ TINY_BACKOFF = RetryConfig(backoff_base=0.01, backoff_cap=0.02, max_attempts=4)
 
 @pytest.fixture
 def provider():
-    with OfflineProvider(OfflineConfig()) as p:
+    with EmulatedProvider(OfflineConfig()) as p:
         yield p
 
 
 def _complete(
-    provider: OfflineProvider,
+    provider: EmulatedProvider,
     limiter: LocalLimiter | None = None,
     retry: RetryConfig = TINY_BACKOFF,
     **model: object,

@@ -16,10 +16,11 @@ from piserini_ray.errors import ConfigError
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
 from piserini_ray.metrics.cost import load_pricing
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.preflight import preflight
 from piserini_ray.records import Usage
 from piserini_ray.tools import tool_schemas
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 MESSAGES = [
     {"role": "system", "content": SYSTEM_PROMPT},
@@ -29,14 +30,14 @@ FAST = RetryConfig(backoff_base=0.01, backoff_cap=0.05, max_attempts=4)
 
 
 @pytest.fixture
-def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[OfflineProvider]:
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatedProvider]:
     monkeypatch.setenv("PISERINI_TEST_TIER_KEY", "sk-test-tiers")
     config = OfflineConfig(model_aliases={"gpt-5": "offline/heuristic"})
-    with OfflineProvider(config) as p:
+    with EmulatedProvider(config) as p:
         yield p
 
 
-def _model(provider: OfflineProvider, tier: str) -> ModelConfig:
+def _model(provider: EmulatedProvider, tier: str) -> ModelConfig:
     return ModelConfig(
         name="gpt-5.4-mini",
         litellm_model="openai/gpt-5",  # Chat Completions (gpt-5.4+ would take the Responses API)

@@ -1,5 +1,5 @@
 """Watching a sweep while it runs, as a user would: a real `piserini-ray sweep` driver (its own
-local Ray) over a provider the test holds (`OfflineProvider.hold`: past a set number of calls,
+local Ray) over a provider the test holds (`EmulatedProvider.hold`: past a set number of calls,
 every call waits unanswered, so the runs stay mid-way for as long as the test looks), then
 `piserini-ray status`, the live web view in real headless Chromium, and `stop` of one run from
 the page's button while the other goes on; the sweep run again resumes the stopped run and
@@ -22,7 +22,8 @@ from helpers import wait_for
 
 from piserini_ray.monitor.status import read_status
 from piserini_ray.monitor.web import start_watch
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider
 
 pytestmark = [pytest.mark.slow, needs_chromium]
 
@@ -73,11 +74,11 @@ def _status_matches_disk(run_dir: Path) -> bool:
 def provider(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-watch")
     served = OfflineConfig(prefix_caching=False, model_aliases={MODEL: "offline/heuristic"})
-    with OfflineProvider(served) as running:
+    with EmulatedProvider(served) as running:
         yield running
 
 
-def _sweep_file(tmp_path: Path, sample_index: Path, provider: OfflineProvider) -> Path:
+def _sweep_file(tmp_path: Path, sample_index: Path, provider: EmulatedProvider) -> Path:
     (tmp_path / "base.yaml").write_text(
         f"retrieval: {{index_root: '{sample_index.parent}'}}\n"
         f"slice: {{sample: {QUERIES}, seed: 3}}\n"
@@ -107,7 +108,7 @@ def _polls(browser: Browser) -> int:
 
 
 def test_a_sweep_watched_live_and_one_run_stopped(
-    sample_index: Path, tmp_path: Path, provider: OfflineProvider
+    sample_index: Path, tmp_path: Path, provider: EmulatedProvider
 ) -> None:
     sweep = _sweep_file(tmp_path, sample_index, provider)
     root = tmp_path / "runs"

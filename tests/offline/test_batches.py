@@ -17,14 +17,13 @@ import pytest
 from piserini_ray.offline import (
     BatchConfig,
     OfflineConfig,
-    OfflineProvider,
     Policy,
     PolicyReply,
     PolicyToolCall,
     QuotaConfig,
-    Scripted,
     default_policies,
 )
+from piserini_ray_testkit import BatchFates, EmulatedProvider, Scripted
 
 MODEL = "gpt-5.4-mini"
 CLAUDE = "claude-haiku-4-5"
@@ -46,14 +45,16 @@ def echo_policy(request: dict[str, Any]) -> PolicyReply:
 POLICIES: dict[str, Policy] = {ECHO: echo_policy}
 
 
-def _provider(policies: dict[str, Policy] | None = None, **settings: Any) -> OfflineProvider:
-    """A provider serving `POLICIES` (or `policies`) under `ALIASES`; `batch` is a dict."""
+def _provider(policies: dict[str, Policy] | None = None, **settings: Any) -> EmulatedProvider:
+    """A provider serving `POLICIES` (or `policies`) under `ALIASES`; `batch` is a dict, and
+    `fates` (`BatchFates`: its `error_rate` and `expire_rate`) a dict too."""
     batch = BatchConfig(**settings.pop("batch", {}))
+    fates = BatchFates(**settings.pop("fates", {}))
     config = OfflineConfig(model_aliases=ALIASES, batch=batch, **settings)
-    return OfflineProvider(config, POLICIES if policies is None else policies)
+    return EmulatedProvider(config, POLICIES if policies is None else policies, batch_fates=fates)
 
 
-def _client(provider: OfflineProvider, key: str = "k1", **headers: str) -> httpx.Client:
+def _client(provider: EmulatedProvider, key: str = "k1", **headers: str) -> httpx.Client:
     return httpx.Client(
         base_url=f"http://127.0.0.1:{provider.port}",
         headers={"Authorization": f"Bearer {key}", "x-api-key": key, **headers},
@@ -330,7 +331,7 @@ def test_an_anthropic_batch_can_be_cancelled() -> None:
 
 
 def _openai_fates(seed: int) -> tuple[dict[str, str], dict[str, Any], Any]:
-    settings: dict[str, Any] = {"seed": seed, "batch": {"error_rate": 0.3, "expire_rate": 0.2}}
+    settings: dict[str, Any] = {"seed": seed, "fates": {"error_rate": 0.3, "expire_rate": 0.2}}
     with _provider(**settings) as p, _client(p) as client:
         created = _create(client, [_chat_line(f"r{i}", f"q{i}") for i in range(20)])
         final, _ = _openai_wait(client, created["id"])
@@ -368,7 +369,7 @@ def test_openai_errored_and_expired_requests_follow_the_seed() -> None:
 
 
 def test_anthropic_errored_and_expired_requests_follow_the_seed() -> None:
-    settings: dict[str, Any] = {"seed": 3, "batch": {"error_rate": 0.3, "expire_rate": 0.2}}
+    settings: dict[str, Any] = {"seed": 3, "fates": {"error_rate": 0.3, "expire_rate": 0.2}}
     requests = [_anthropic_request(f"r{i}", f"q{i}") for i in range(20)]
     requests.append(
         {"custom_id": "invalid", "params": {"model": CLAUDE, "messages": []}}  # checked late
@@ -454,7 +455,7 @@ def test_an_openai_batch_replies_as_direct_calls_do(endpoint: str) -> None:
         tools = [{"type": "function", "name": "search", "parameters": SCHEMA}]
         bodies = [{"model": MODEL, "input": q, "tools": tools} for q in QUESTIONS]
     config = OfflineConfig(model_aliases=aliases)
-    with OfflineProvider(config, default_policies()) as p, _client(p) as client:
+    with EmulatedProvider(config, default_policies()) as p, _client(p) as client:
         direct = [client.post(endpoint, json=b).json() for b in bodies]
         lines = [
             {"custom_id": f"q{i}", "method": "POST", "url": endpoint, "body": b}
@@ -481,7 +482,7 @@ def test_an_anthropic_batch_replies_as_direct_calls_do() -> None:
         }
         for q in QUESTIONS
     ]
-    with OfflineProvider(config, default_policies()) as p, _client(p, **VERSION) as client:
+    with EmulatedProvider(config, default_policies()) as p, _client(p, **VERSION) as client:
         direct = [client.post("/v1/messages", json=body).json() for body in params]
         requests = [{"custom_id": f"q{i}", "params": body} for i, body in enumerate(params)]
         final, _ = _anthropic_wait(client, _anthropic_create(client, requests).json()["id"])

@@ -22,17 +22,15 @@ from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.limiter import LocalLimiter, RateLimiter
 from piserini_ray.llm.provider_errors import parse_duration
 from piserini_ray.offline import (
-    FaultRates,
     LatencyConfig,
     OfflineConfig,
-    OfflineProvider,
     Policy,
     PolicyReply,
     PolicyToolCall,
     QuotaConfig,
-    Scripted,
 )
 from piserini_ray.offline import anthropic as messages_api
+from piserini_ray_testkit import EmulatedProvider, FaultRates, Scripted
 
 # No network here: use litellm's bundled price map instead of retrying a download on import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -138,7 +136,7 @@ ROUTES = [CHAT, DEEPSEEK, MESSAGES, RESPONSES]
 
 
 def post(
-    provider: OfflineProvider,
+    provider: EmulatedProvider,
     route: Route,
     body: dict[str, Any] | None = None,
     key: str = "k1",
@@ -183,7 +181,7 @@ def _assert_anthropic_error(response: httpx.Response) -> dict[str, Any]:
 
 
 def test_a_quota_on_the_anthropic_route_answers_anthropics_429() -> None:
-    with OfflineProvider(_config(quotas=QuotaConfig(requests_per_minute=2)), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=QuotaConfig(requests_per_minute=2)), POLICIES) as p:
         assert [post(p, MESSAGES).status_code for _ in range(2)] == [200, 200]
         before = time.time()
         limited = post(p, MESSAGES)
@@ -214,7 +212,7 @@ def test_a_token_quota_on_the_anthropic_route_reports_every_token_family() -> No
     prompt = messages_api.prompt_tokens(_messages_body())
     # The first request fits; with its completion counted, a second one does not.
     quotas = QuotaConfig(tokens_per_minute=2 * prompt)
-    with OfflineProvider(_config(quotas=quotas), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=quotas), POLICIES) as p:
         first = post(p, MESSAGES).json()["usage"]
         limited = post(p, MESSAGES)
     billed = (
@@ -234,7 +232,7 @@ def test_a_token_quota_on_the_anthropic_route_reports_every_token_family() -> No
 
 
 def test_a_quota_on_the_responses_route_answers_openais_429() -> None:
-    with OfflineProvider(_config(quotas=QuotaConfig(requests_per_minute=2)), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=QuotaConfig(requests_per_minute=2)), POLICIES) as p:
         assert [post(p, RESPONSES).status_code for _ in range(2)] == [200, 200]
         limited = post(p, RESPONSES)
         records = p.requests
@@ -258,7 +256,7 @@ def test_a_quota_on_the_responses_route_answers_openais_429() -> None:
 
 
 def test_a_token_quota_on_the_responses_route_names_the_token_window() -> None:
-    with OfflineProvider(_config(quotas=QuotaConfig(tokens_per_minute=10)), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=QuotaConfig(tokens_per_minute=10)), POLICIES) as p:
         limited = post(p, RESPONSES)  # the prompt alone is over the quota
     assert limited.status_code == 429
     error = _assert_openai_error(limited)
@@ -271,7 +269,7 @@ def test_a_token_quota_on_the_responses_route_names_the_token_window() -> None:
 
 def test_deepseeks_429_carries_no_rate_limit_headers() -> None:
     """DeepSeek publishes none: its 429 has `retry-after` and the OpenAI body only."""
-    with OfflineProvider(_config(quotas=QuotaConfig(requests_per_minute=1)), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=QuotaConfig(requests_per_minute=1)), POLICIES) as p:
         assert post(p, DEEPSEEK).status_code == 200
         limited = post(p, DEEPSEEK)
     assert limited.status_code == 429
@@ -282,7 +280,7 @@ def test_deepseeks_429_carries_no_rate_limit_headers() -> None:
 
 def test_a_refused_request_consumes_no_quota() -> None:
     """Parsing comes before admission: what the API rejects never fills a window."""
-    with OfflineProvider(_config(quotas=QuotaConfig(requests_per_minute=1)), POLICIES) as p:
+    with EmulatedProvider(_config(quotas=QuotaConfig(requests_per_minute=1)), POLICIES) as p:
         bad = _messages_body()
         del bad["max_tokens"]
         assert post(p, MESSAGES, bad).status_code == 400
@@ -339,7 +337,7 @@ def test_the_limiter_honours_each_routes_429(route: str) -> None:
     from piserini_ray.llm.client import LLMClient
 
     quotas = QuotaConfig(requests_per_minute=1, window_seconds=1.0)
-    with OfflineProvider(_config(quotas=quotas), POLICIES) as provider:
+    with EmulatedProvider(_config(quotas=quotas), POLICIES) as provider:
         limiter = RecordingLimiter()
         retry = RetryConfig(backoff_base=0.01, backoff_cap=0.02, max_attempts=3)
         client = LLMClient(CLIENT_ROUTES[route](provider.port), retry, limiter=limiter, seed=1)
@@ -365,7 +363,7 @@ def test_the_limiter_honours_each_routes_429(route: str) -> None:
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
 def test_latency_applies_on_every_route(route: Route) -> None:
-    with OfflineProvider(_config(latency=LatencyConfig(kind="fixed", seconds=0.3)), POLICIES) as p:
+    with EmulatedProvider(_config(latency=LatencyConfig(kind="fixed", seconds=0.3)), POLICIES) as p:
         response = post(p, route)
         (record,) = p.requests
     assert response.status_code == 200, response.text
@@ -374,8 +372,10 @@ def test_latency_applies_on_every_route(route: Route) -> None:
     assert (record.route, record.concurrent, record.fault) == (route.name, 1, None)
 
 
-def _faults_of(route: Route, config: OfflineConfig, n: int) -> list[tuple[int, str | None]]:
-    with OfflineProvider(config, POLICIES) as provider:
+def _faults_of(
+    route: Route, config: OfflineConfig, faults: FaultRates, n: int
+) -> list[tuple[int, str | None]]:
+    with EmulatedProvider(config, POLICIES, faults=faults) as provider:
         for _ in range(n):
             post(provider, route)
         return [(r.status or 0, r.fault) for r in provider.requests]
@@ -383,16 +383,16 @@ def _faults_of(route: Route, config: OfflineConfig, n: int) -> list[tuple[int, s
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
 def test_a_seeded_server_error_applies_on_every_route(route: Route) -> None:
-    config = _config(seed=7, faults=FaultRates(http_500=0.5, unknown_tool=0.4))
-    pattern = _faults_of(route, config, 12)
+    config, faults = _config(seed=7), FaultRates(http_500=0.5, unknown_tool=0.4)
+    pattern = _faults_of(route, config, faults, 12)
     # The same draws on every route: the chat route's pattern, each status in the route's terms.
     expected = [
         (route.server_statuses.get(status, status), fault)
-        for status, fault in _faults_of(CHAT, config, 12)
+        for status, fault in _faults_of(CHAT, config, faults, 12)
     ]
     assert pattern == expected
     assert {fault for _, fault in pattern} == {"http_500", "unknown_tool", None}
-    with OfflineProvider(_config(faults=FaultRates(http_500=1.0)), POLICIES) as provider:
+    with EmulatedProvider(_config(), POLICIES, faults=FaultRates(http_500=1.0)) as provider:
         failed = post(provider, route)
     assert failed.status_code in route.server_statuses.values()
     if route is MESSAGES:
@@ -405,7 +405,7 @@ def test_a_seeded_server_error_applies_on_every_route(route: Route) -> None:
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.name)
 def test_a_seeded_reply_fault_applies_on_every_route(route: Route) -> None:
-    with OfflineProvider(_config(faults=FaultRates(unknown_tool=1.0)), POLICIES) as provider:
+    with EmulatedProvider(_config(), POLICIES, faults=FaultRates(unknown_tool=1.0)) as provider:
         response = post(provider, route)
         (record,) = provider.requests
     assert response.status_code == 200
@@ -415,7 +415,7 @@ def test_a_seeded_reply_fault_applies_on_every_route(route: Route) -> None:
 
 def test_every_seeded_server_status_in_anthropics_terms() -> None:
     """500 and 502 are `api_error`; the overload (OpenAI's 503) is Anthropic's 529."""
-    from piserini_ray.offline.faults import SERVER_ERROR_STATUSES, seeded_server_error
+    from piserini_ray_testkit.faults import SERVER_ERROR_STATUSES, seeded_server_error
 
     codec = messages_api.MessagesCodec(messages_api.Signer(b"k"))
     seen = {}
@@ -460,7 +460,7 @@ def test_scripted_failures_on_every_route_are_classified_as_the_provider_means_t
 ) -> None:
     from piserini_ray.llm.client import LLMClient
 
-    with OfflineProvider(_config(), POLICIES) as provider:
+    with EmulatedProvider(_config(), POLICIES) as provider:
         client = LLMClient(_client_model(route, provider.port), RetryConfig(max_attempts=1), seed=1)
         kinds = []
         for spec, _ in SCRIPTED:
@@ -475,7 +475,7 @@ def test_scripted_failures_on_every_route_are_classified_as_the_provider_means_t
 
 
 def test_scripted_failures_in_each_providers_shape() -> None:
-    with OfflineProvider(_config(), POLICIES) as provider:
+    with EmulatedProvider(_config(), POLICIES) as provider:
         provider.script(Scripted(kind="rate_limit", retry_after=2))
         limited = post(provider, MESSAGES)
         provider.script(Scripted(kind="insufficient_quota"))
@@ -513,7 +513,7 @@ def test_scripted_failures_in_each_providers_shape() -> None:
 def test_the_anthropic_route_rejects_in_anthropics_shape() -> None:
     body = _messages_body()
     del body["max_tokens"]
-    with OfflineProvider(_config(require_key=True), POLICIES) as provider:
+    with EmulatedProvider(_config(require_key=True), POLICIES) as provider:
         no_max_tokens = post(provider, MESSAGES, body)
         no_key = httpx.post(
             f"http://127.0.0.1:{provider.port}/v1/messages",
@@ -552,7 +552,7 @@ def test_the_responses_route_rejects_a_malformed_input_in_openais_shape(
 ) -> None:
     body = _responses_body()
     change(body)
-    with OfflineProvider(_config(), POLICIES) as provider:
+    with EmulatedProvider(_config(), POLICIES) as provider:
         reply = post(provider, RESPONSES, body)
         (record,) = provider.requests
     assert reply.status_code == 400

@@ -17,17 +17,22 @@ from typing import Any
 import httpx
 import pytest
 from helpers import wait_for
+from offline_chat import (
+    AGENT,
+    POLICIES,
+    SEARCH_TOOL,
+    chat_body,
+    conversation,
+    post,
+    tool_call,
+)
 
 import piserini_ray
 from piserini_ray.offline import (
-    FaultRates,
     LatencyConfig,
     OfflineConfig,
     OfflineProvider,
-    PolicyReply,
-    PolicyToolCall,
     QuotaConfig,
-    Scripted,
     exact_match_judge_policy,
 )
 from piserini_ray.offline.judge_policy import answers_match, judge, normalize_answer
@@ -38,67 +43,22 @@ from piserini_ray.offline.tokens import (
     count_prompt_tokens,
     count_text_tokens,
 )
+from piserini_ray_testkit import EmulatedProvider, FaultRates, Scripted
 
 # No network here: use litellm's bundled price map instead of retrying a download on import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-AGENT = "test/agent"
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the corpus.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "reason": {"type": "string"}},
-            "required": ["query", "reason"],
-        },
-    },
-}
-
-
-def agent_policy(request: dict[str, Any]) -> PolicyReply:
-    """Searches for the last user message; answers once a tool result is in the history."""
-    last = request["messages"][-1]
-    if last["role"] == "tool":
-        return PolicyReply(content="Explanation: found it.\nExact Answer: Paris")
-    arguments = json.dumps({"query": last["content"], "reason": "look it up"})
-    return PolicyReply(tool_calls=[PolicyToolCall(name="search", arguments=arguments)])
-
-
-POLICIES = {AGENT: agent_policy, "offline/exact-match-judge": exact_match_judge_policy}
-
-
-def conversation(
-    question: str = "Where is the Louvre?", system: str = "You answer with the search tool."
-) -> list[dict[str, Any]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
-
-
-def tool_call(call_id: str) -> dict[str, Any]:
-    arguments = json.dumps({"query": "louvre", "reason": "find the city"})
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": "search", "arguments": arguments},
-    }
-
-
-def chat_body(messages: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"model": AGENT, "messages": messages or conversation(), "tools": [SEARCH_TOOL]} | extra
-
-
-def post(
-    provider: OfflineProvider, body: Any, key: str | None = "k1", timeout: float | None = 10
-) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    url = f"{provider.base_url}/chat/completions"
-    return httpx.post(url, json=body, headers=headers, timeout=timeout)
 
 
 @pytest.fixture
 def provider() -> Iterator[OfflineProvider]:
     with OfflineProvider(OfflineConfig(), POLICIES) as running:
+        yield running
+
+
+@pytest.fixture
+def emulated() -> Iterator[EmulatedProvider]:
+    """The test kit's provider, for a product behaviour only a scripted fault reaches."""
+    with EmulatedProvider(OfflineConfig(), POLICIES) as running:
         yield running
 
 
@@ -344,85 +304,8 @@ def test_tokens_per_minute_quota_and_rejections_are_free() -> None:
         assert post(provider, chat_body()).status_code == 429
 
 
-SCRIPTED_ERRORS = [
-    (Scripted(kind="insufficient_quota"), 429, "insufficient_quota"),
-    (Scripted(kind="http_error", status=503), 503, None),
-    (Scripted(kind="auth_error"), 401, "invalid_api_key"),
-    (Scripted(kind="bad_request", message="no such parameter"), 400, None),
-    (Scripted(kind="context_window"), 400, "context_length_exceeded"),
-]
-
-
-@pytest.mark.parametrize(("spec", "status", "code"), SCRIPTED_ERRORS, ids=lambda x: str(x)[:24])
-def test_scripted_errors(
-    provider: OfflineProvider, spec: Scripted, status: int, code: str | None
-) -> None:
-    provider.script(spec)
-    response = post(provider, chat_body())
-    assert response.status_code == status
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"]
-    if spec.kind == "bad_request":
-        assert error["message"] == "no such parameter"
-    if spec.kind == "context_window":
-        assert "maximum context length" in error["message"]
-    assert post(provider, chat_body()).status_code == 200  # one-shot
-    first, second = provider.requests
-    assert (first.fault, first.scripted, second.fault) == (spec.kind, True, None)
-
-
-def test_scripted_rate_limits(provider: OfflineProvider) -> None:
-    provider.script(Scripted(kind="rate_limit", retry_after=1.5), Scripted(kind="rate_limit"))
-    with_header = post(provider, chat_body())
-    assert with_header.status_code == 429 and with_header.headers["Retry-After"] == "1.5"
-    assert with_header.json()["error"]["code"] == "rate_limit_exceeded"
-    without = post(provider, chat_body())
-    assert without.status_code == 429 and "Retry-After" not in without.headers
-    assert post(provider, chat_body()).status_code == 200
-
-
-def test_scripted_per_model(provider: OfflineProvider) -> None:
-    provider.script(Scripted(kind="http_error", status=500, model="offline/exact-match-judge"))
-    assert post(provider, chat_body()).status_code == 200
-    judge_body = {"model": "offline/exact-match-judge", "messages": conversation()}
-    assert post(provider, judge_body).status_code == 500
-    assert post(provider, judge_body).status_code == 200
-
-
-def first_tool_call(response: httpx.Response) -> dict[str, Any]:
-    return response.json()["choices"][0]["message"]["tool_calls"][0]["function"]
-
-
-def test_scripted_reply_faults(provider: OfflineProvider) -> None:
-    provider.script(
-        Scripted(kind="malformed_arguments"),
-        Scripted(kind="unknown_tool"),
-        Scripted(kind="missing_fields"),
-        Scripted(kind="empty_reply"),
-    )
-    malformed = first_tool_call(post(provider, chat_body()))
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(malformed["arguments"])
-    unknown = first_tool_call(post(provider, chat_body()))
-    assert unknown["name"] == "web_browse"
-    missing = json.loads(first_tool_call(post(provider, chat_body()))["arguments"])
-    assert missing == {"query": "Where is the Louvre?"}
-    empty = post(provider, chat_body()).json()["choices"][0]
-    assert empty["message"]["content"] == "" and not empty["message"].get("tool_calls")
-    assert empty["finish_reason"] == "stop"
-    assert post(provider, chat_body()).json()["choices"][0]["finish_reason"] == "tool_calls"
-    faults = [r.fault for r in provider.requests]
-    assert faults == ["malformed_arguments", "unknown_tool", "missing_fields", "empty_reply", None]
-
-
-def test_scripted_latency_delays_then_answers(provider: OfflineProvider) -> None:
-    provider.script(Scripted(kind="latency", seconds=0.3))
-    response = post(provider, chat_body())
-    assert response.status_code == 200 and provider.requests[0].fault == "latency"
-    assert provider.requests[0].delayed == 0.3
-
-
-def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> None:
+def test_scripted_hang_is_cut_by_client_timeout(emulated: EmulatedProvider) -> None:
+    provider = emulated
     provider.script(Scripted(kind="hang", seconds=3600))
     with pytest.raises(httpx.ReadTimeout):
         post(provider, chat_body(), timeout=0.3)
@@ -442,8 +325,9 @@ def test_scripted_hang_is_cut_by_client_timeout(provider: OfflineProvider) -> No
     assert line.prompt_tokens == 2 * hung.usage.prompt_tokens
 
 
-def test_a_request_refused_before_admission_is_not_billed(provider: OfflineProvider) -> None:
+def test_a_request_refused_before_admission_is_not_billed(emulated: EmulatedProvider) -> None:
     """A 400 or a 429 is answered before anything runs: nothing on the bill, nothing cut."""
+    provider = emulated
     provider.script(Scripted(kind="rate_limit"))
     assert post(provider, chat_body()).status_code == 429
     for bad in ({"temperature": 9}, {"top_p": -1}, {"service_tier": "cheap"}):
@@ -455,8 +339,8 @@ def test_a_request_refused_before_admission_is_not_billed(provider: OfflineProvi
 
 
 def test_shutdown_does_not_wait_for_hung_requests() -> None:
-    config = OfflineConfig(faults=FaultRates(hang=1.0))  # every request hangs for an hour
-    provider = OfflineProvider(config, POLICIES).start()
+    hangs = FaultRates(hang=1.0)  # every request hangs for an hour
+    provider = EmulatedProvider(OfflineConfig(), POLICIES, faults=hangs).start()
     errors: list[BaseException] = []
 
     def client() -> None:
@@ -475,37 +359,6 @@ def test_shutdown_does_not_wait_for_hung_requests() -> None:
     assert provider._thread is not None and not provider._thread.is_alive()
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
-
-
-def test_fault_rates_reproduce_with_a_seed() -> None:
-    config = OfflineConfig(seed=7, faults=FaultRates(http_500=0.5, malformed_arguments=0.3))
-
-    def pattern() -> list[tuple[int, str | None]]:
-        with OfflineProvider(config, POLICIES) as provider:
-            for _ in range(16):
-                post(provider, chat_body())
-            return [(r.status or 0, r.fault) for r in provider.requests]
-
-    first = pattern()
-    assert first == pattern()
-    statuses = {status for status, _ in first}
-    assert 200 in statuses and statuses & {500, 502, 503}
-    assert "malformed_arguments" in {fault for _, fault in first}
-    other_seed = OfflineConfig(seed=8, faults=config.faults)
-    with OfflineProvider(other_seed, POLICIES) as provider:
-        for _ in range(16):
-            post(provider, chat_body())
-        assert [(r.status, r.fault) for r in provider.requests] != first
-
-
-def test_reset_clears_log_script_and_cache(provider: OfflineProvider) -> None:
-    post(provider, chat_body())
-    provider.script(Scripted(kind="http_error"))
-    provider.reset()
-    assert provider.requests == []
-    response = post(provider, chat_body())
-    assert response.status_code == 200
-    assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
 def test_fixed_latency_adds_at_least_that_delay_and_overlaps() -> None:
@@ -532,8 +385,6 @@ def test_lognormal_latency_is_valid_config() -> None:
         assert post(provider, chat_body()).status_code == 200
     with pytest.raises(ValueError):
         LatencyConfig(kind="lognormal", seconds=0)
-    with pytest.raises(ValueError):
-        OfflineConfig(faults={"http_500": 0.1, "typo": 0.2})
 
 
 # -- the judge policy -------------------------------------------------------------------------
@@ -669,42 +520,3 @@ def test_litellm_tool_call_and_cached_tokens(provider: OfflineProvider) -> None:
     shared = tools + sum(count_message_tokens(m) for m in long)
     assert second.usage.prompt_tokens_details.cached_tokens == billed_steps(shared) > 0
     assert provider.requests[0].key_hash == key_hash("test-key")
-
-
-def test_litellm_sees_scripted_429_with_retry_after(provider: OfflineProvider) -> None:
-    import litellm
-
-    provider.script(Scripted(kind="rate_limit", retry_after=2))
-
-    async def call() -> Any:
-        return await litellm.acompletion(
-            model=f"openai/{AGENT}",
-            api_base=provider.base_url,
-            api_key="test-key",
-            messages=conversation(),
-            num_retries=0,
-        )
-
-    with pytest.raises(litellm.RateLimitError) as caught:
-        asyncio.run(call())
-    error = caught.value
-    headers = getattr(error, "litellm_response_headers", None) or error.response.headers
-    assert headers.get("retry-after") == "2"
-    assert len(provider.requests) == 1  # litellm did not retry on its own
-
-
-def test_held_requests_wait_unanswered_until_released(provider: OfflineProvider) -> None:
-    # A test keeps a run in flight with `hold` (to kill a process mid-run) and waits on
-    # `wait_held`, an event, instead of a clock.
-    provider.hold(after=1)
-    assert post(provider, chat_body()).status_code == 200  # answered before the gate closed
-    replies: list[httpx.Response] = []
-    late = threading.Thread(target=lambda: replies.append(post(provider, chat_body(), timeout=60)))
-    late.start()
-    assert provider.wait_held(1, timeout=30) and provider.held == 1
-    assert not replies and len(provider.requests) == 1  # held: neither answered nor logged
-    provider.release()
-    late.join(30)
-    assert [r.status_code for r in replies] == [200] and provider.held == 0
-    assert post(provider, chat_body()).status_code == 200  # released: every later one too
-    assert len(provider.requests) == 3

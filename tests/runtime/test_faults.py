@@ -5,7 +5,7 @@ subprocess that starts (and, killed, leaves behind) its own local instance, whic
 by process group. Never `ray stop`.
 
 The runs' model is the sample's offline agent behind a provider the test holds
-(`OfflineProvider.hold`): past a set number of calls, every call waits unanswered, so a process
+(`EmulatedProvider.hold`): past a set number of calls, every call waits unanswered, so a process
 is killed while queries are surely in flight and before the run can end, whatever the
 machine's speed; the test waits on that event (`wait_held`), never on a clock, then releases
 the rest.
@@ -27,8 +27,9 @@ import orjson
 import pytest
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.pipeline import run_on_ray
+from piserini_ray_testkit import EmulatedProvider
 
 pytestmark = pytest.mark.slow  # Ray instances of their own, killed mid-run
 
@@ -41,14 +42,14 @@ ANSWERED = 30
 
 
 @pytest.fixture
-def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[OfflineProvider]:
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatedProvider]:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-faults")
     served = OfflineConfig(prefix_caching=False, model_aliases={MODEL: "offline/heuristic"})
-    with OfflineProvider(served) as running:
+    with EmulatedProvider(served) as running:
         yield running
 
 
-def _model(provider: OfflineProvider) -> dict[str, str]:
+def _model(provider: EmulatedProvider) -> dict[str, str]:
     return {
         "model.name": MODEL,
         "model.litellm_model": f"openai/{MODEL}",
@@ -64,7 +65,7 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def _fault_config(
-    provider: OfflineProvider, index_root: Path, queries: int, seed: int, **more: object
+    provider: EmulatedProvider, index_root: Path, queries: int, seed: int, **more: object
 ) -> RunConfig:
     """The sample's `queries` (seeded), the model behind the test's `provider`."""
     return load_config(
@@ -80,7 +81,7 @@ def _fault_config(
 
 
 def test_a_worker_node_lost_mid_run(
-    sample_index: Path, index_root: Path, tmp_path: Path, provider: OfflineProvider
+    sample_index: Path, index_root: Path, tmp_path: Path, provider: EmulatedProvider
 ) -> None:
     import ray
     from ray.cluster_utils import Cluster
@@ -150,7 +151,7 @@ def _summary_lines(stdout: str) -> list[str]:
 
 
 def _run_config(
-    provider: OfflineProvider, sample_index: Path, tmp_path: Path, queries: int, seed: int
+    provider: EmulatedProvider, sample_index: Path, tmp_path: Path, queries: int, seed: int
 ) -> tuple[Path, Path]:
     """A run of the sample's `queries` behind the test's `provider`, and its run directory."""
     config = tmp_path / "run.yaml"
@@ -174,7 +175,7 @@ def _driver(config: Path, run_dir: Path, stderr: int) -> subprocess.Popen:
     )
 
 
-def _held_mid_run(provider: OfflineProvider, driver: subprocess.Popen, in_flight: int) -> None:
+def _held_mid_run(provider: EmulatedProvider, driver: subprocess.Popen, in_flight: int) -> None:
     """Until `in_flight` queries wait on the provider: every query that could end has been
     recorded (a replica gets its next query only once the driver wrote the last one's
     record), and the run cannot end."""
@@ -197,7 +198,7 @@ def _resume(run_dir: Path, recorded: int, total: int) -> subprocess.CompletedPro
 
 
 def test_driver_killed_then_resumed(
-    sample_index: Path, tmp_path: Path, provider: OfflineProvider
+    sample_index: Path, tmp_path: Path, provider: EmulatedProvider
 ) -> None:
     config, run_dir = _run_config(provider, sample_index, tmp_path, 12, 5)
     provider.hold(after=ANSWERED)
@@ -241,7 +242,7 @@ def test_driver_killed_then_resumed(
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_stops_cleanly_and_resume_finishes(
-    sample_index: Path, tmp_path: Path, provider: OfflineProvider, stop: signal.Signals
+    sample_index: Path, tmp_path: Path, provider: EmulatedProvider, stop: signal.Signals
 ) -> None:
     """Ctrl-C, and SIGTERM (what `ray job stop` and schedulers send), stop a run cleanly: the
     same message, no crash trace, and resume runs exactly the rest."""
@@ -283,7 +284,7 @@ def _in_process_ray() -> None:
 
 
 def _kill_held(
-    provider: OfflineProvider, in_flight: int, pid_of: Callable[[], int], killed: list[int]
+    provider: EmulatedProvider, in_flight: int, pid_of: Callable[[], int], killed: list[int]
 ) -> None:
     """Once `in_flight` queries wait on the provider, SIGKILL the process `pid_of()` names."""
     assert provider.wait_held(in_flight), "the run never had its queries in flight"
@@ -293,7 +294,7 @@ def _kill_held(
 
 
 def test_a_replica_killed_with_sigkill_costs_no_query(
-    index_root: Path, tmp_path: Path, provider: OfflineProvider
+    index_root: Path, tmp_path: Path, provider: EmulatedProvider
 ) -> None:
     import ray
 
@@ -346,7 +347,7 @@ def test_a_replica_killed_with_sigkill_costs_no_query(
 
 
 def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
-    index_root: Path, tmp_path: Path, provider: OfflineProvider
+    index_root: Path, tmp_path: Path, provider: EmulatedProvider
 ) -> None:
     import ray
 

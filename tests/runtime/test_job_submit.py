@@ -27,7 +27,8 @@ import orjson
 import pytest
 from helpers import wait_for
 
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider
 
 pytestmark = pytest.mark.slow  # a Ray job submitted, stopped and resubmitted: a minute and a half
 
@@ -178,12 +179,12 @@ def test_a_submitted_job_stopped_mid_run_resumes_on_the_next_submit(
     served = OfflineConfig(
         prefix_caching=False, model_aliases={"gpt-5.4-mini": "offline/heuristic"}
     )
-    with OfflineProvider(served) as provider:
+    with EmulatedProvider(served) as provider:
         _stopped_then_resumed(address, env, tmp_path, index_root, provider)
 
 
 def _stopped_then_resumed(
-    address: str, env: dict[str, str], tmp_path: Path, index_root: Path, provider: OfflineProvider
+    address: str, env: dict[str, str], tmp_path: Path, index_root: Path, provider: EmulatedProvider
 ) -> None:
     from ray._private.runtime_env.packaging import get_uri_for_directory
     from ray.job_submission import JobStatus, JobSubmissionClient

@@ -12,9 +12,10 @@ import pytest
 from helpers import wait_for
 
 from piserini_ray.config import OFFLINE_JUDGE, load_config
-from piserini_ray.offline import OfflineConfig, OfflineProvider
+from piserini_ray.offline import OfflineConfig
 from piserini_ray.pipeline import make_engine, run_and_report
 from piserini_ray.tools.spill import safe_component
+from piserini_ray_testkit import EmulatedProvider
 
 pytestmark = pytest.mark.usefixtures("module_ray")
 
@@ -38,7 +39,7 @@ def test_answers_are_judged_while_other_queries_still_run_and_each_once(
     served = OfflineConfig(model_aliases={"gpt-5.4-mini": "offline/heuristic"})
     run_dir = tmp_path / "run"
     logged: list[str] = []
-    with OfflineProvider(served) as provider:  # the agent's; the judge has its own, never held
+    with EmulatedProvider(served) as provider:  # the agent's; the judge has its own, never held
         config = load_config(
             None,
             {

@@ -39,7 +39,8 @@ import hashlib, json, sys
 from pathlib import Path
 import orjson
 from piserini_ray.cli import main
-from piserini_ray.offline import OfflineConfig, OfflineProvider, Scripted
+from piserini_ray.offline import OfflineConfig
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 mode, address, root, name = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 run_dir = root / f"run-{name}"
@@ -71,7 +72,7 @@ elif mode in ("azure", "bedrock"):
         def variables(base): return {**CREDENTIALS, "AWS_BEDROCK_RUNTIME_ENDPOINT": base}
         def signed(seen): return seen["key_id"] == ACCESS_KEY_ID  # and its signature checked
     served = OfflineConfig(model_aliases={alias: "offline/heuristic"})
-    with OfflineProvider(served) as provider, Front(provider.base_url, host1) as front:
+    with EmulatedProvider(served) as provider, Front(provider.base_url, host1) as front:
         os.environ.update(variables(front.base))
         config.write_text(
             common + f"model: {model}\n" + "judge: {model: {name: offline/exact-match-judge}}\n"
@@ -95,7 +96,7 @@ elif mode == "served":
     out["status"] = main(["run", "--config", str(config), "--run-dir", str(run_dir)])
 else:
     served = OfflineConfig(require_key=True, model_aliases={"gpt-5.4-mini": "offline/heuristic"})
-    with OfflineProvider(served) as provider:
+    with EmulatedProvider(served) as provider:
         config.write_text(
             common
             + f"model: {{name: gpt-5.4-mini, litellm_model: openai/gpt-5.4-mini, "

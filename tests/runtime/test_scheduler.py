@@ -16,10 +16,11 @@ from helpers import wait_for
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.llm.limiter import quota_key
-from piserini_ray.offline import OfflineConfig, OfflineProvider, QuotaConfig, Scripted
+from piserini_ray.offline import OfflineConfig, QuotaConfig
 from piserini_ray.pipeline import run_on_ray
 from piserini_ray.runtime.driver_services import driver_services
 from piserini_ray.sweep import expand_sweep
+from piserini_ray_testkit import EmulatedProvider, Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,7 +127,7 @@ def test_a_data_error_after_the_early_start_leaves_no_replica_behind(tmp_path) -
 def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tmp_path) -> None:
     # Time scaled down: 6 requests per 2 s window on the server, the same in the limiter.
     server = OfflineConfig(quotas=QuotaConfig(requests_per_minute=6, window_seconds=2))
-    with OfflineProvider(server) as provider:
+    with EmulatedProvider(server) as provider:
         config = _config(
             index_root,
             **{
@@ -161,7 +162,7 @@ def test_limiter_keeps_the_provider_under_its_quota(sample_index, index_root, tm
 def test_429_storm_everyone_finishes_and_waits_are_waited(
     sample_index, index_root, tmp_path
 ) -> None:
-    with OfflineProvider(OfflineConfig()) as provider:
+    with EmulatedProvider(OfflineConfig()) as provider:
         provider.script(*[Scripted(kind="rate_limit", retry_after=0.3)] * 6)
         config = _config(
             index_root,
@@ -275,7 +276,7 @@ def test_verdicts_are_written_as_each_arrives_on_ray(sample, tmp_path) -> None:
 
     config = RunConfig()
     queries = {q.query_id: q for q in sample.queries[:6]}
-    with OfflineProvider(OfflineConfig()) as provider, RunStore(tmp_path / "run", config) as store:
+    with EmulatedProvider(OfflineConfig()) as provider, RunStore(tmp_path / "run", config) as store:
         records = [
             QueryRecord(
                 run_id=store.run_id,
@@ -394,7 +395,7 @@ def test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier
     )
     trajectories, costs = {}, {}
     for tier in ("standard", "batch"):
-        with OfflineProvider(served) as provider:
+        with EmulatedProvider(served) as provider:
             model = {"name": on_route, "litellm_model": route, "api_base": provider.base_url,
                      "service_tier": tier}  # fmt: skip
             if provider_name == "anthropic":  # litellm adds /v1/messages to the host itself

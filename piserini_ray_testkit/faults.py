@@ -1,5 +1,5 @@
-"""The offline provider's faults, in no wire format: seeded server errors and damaged replies
-(`FaultRates`), and scripted behaviours (`Scripted`) as `Problem`s each codec renders.
+"""The emulated provider's faults, in no wire format: seeded server errors and damaged replies
+(`FaultRates`), and scripted behaviours (`Scripted`) as `Problem`s each route's codec renders.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from piserini_ray.config.offline import FaultRates, Scripted
 from piserini_ray.offline.codec import Problem, ProblemKind
 from piserini_ray.offline.policy import PolicyReply, PolicyToolCall
+from piserini_ray_testkit.settings import FaultRates, Scripted
 
 #: Random faults, in the order they are drawn and tried (see `FaultRates`).
 FAULT_ORDER = tuple(FaultRates.model_fields)
