@@ -9,6 +9,24 @@ The public API (everything in `__all__`; the rest of the package is internal):
   report; `stop_when_decided` in the file stops each run once its comparison is decided;
 - `judge(run_dirs)`: judge what is not judged yet, then report; returns a `Report`;
 - `report(run_dirs, out=None)`: report runs side by side from their verdicts; a `Report`;
+- `check_models(config)`: one tiny request to each model of a run, nothing run;
+- `estimate(config)`: a seeded pilot of the slice and the whole slice's projected cost and
+  makespan (a `PilotEstimate`);
+- analyses of finished runs, nothing called: `compare(reference, others)` (a `PairedReport`),
+  `leaderboard(run_dirs)` (a `LeaderboardReport`), `power(run_dir)` (a `PowerReport`);
+  `read_records(run_dir)`: a run's `QueryRecord`s; `evidence_ranks(run_dir)`: where the
+  evidence sat in its rankings;
+- other harnesses' files: `export(run_dir, format, out)`, `import_runs(folder, format,
+  config)` (an `ImportReport`); `pricing_check()`: the pricing table against litellm's map (a
+  `PricingCheck`);
+- retrieval without the agent: `build_index(config)` (a `BuiltIndex`), `build_dense_index`,
+  `tool_session(config)` (the agent's tools, to call by hand), `tune_bm25(config)` (a
+  `BM25Grid`), `backends_at_best(config, grid)`, `retrieval_eval(config)` (a
+  `RetrievalEval`);
+- `ask(config, query)`: one query in this process, its trajectory as it happens, recorded
+  nowhere; `serve_offline(config)`: the offline models on 127.0.0.1;
+- runs while they go: `run_status(path)`, `watch(path)` (a live web view),
+  `request_stop(run_dir)` and `wait_until_stopped(run_dir)`;
 - the types a user reads back: `RunConfig`, `QueryRecord` (a line of `records.jsonl`),
   `Judgement` (a line of `judgements/<judge>.jsonl`), `RunManifest` (`manifest.json`),
   `RunSummary` (what a run prints before judging), `RunMetrics` (`summary.json`), `Report`,
@@ -39,7 +57,44 @@ _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # checkers treat any constant of this name the same way (and check that these imports resolve).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from piserini_ray.api import judge, load_config, report, run, run_sweep
+    from piserini_ray.api import (
+        BM25Grid,
+        BuiltIndex,
+        ImportReport,
+        LeaderboardReport,
+        PairedReport,
+        PilotEstimate,
+        PowerReport,
+        PricingCheck,
+        RetrievalEval,
+        ask,
+        backends_at_best,
+        build_dense_index,
+        build_index,
+        check_models,
+        compare,
+        estimate,
+        evidence_ranks,
+        export,
+        import_runs,
+        judge,
+        leaderboard,
+        load_config,
+        power,
+        pricing_check,
+        read_records,
+        report,
+        request_stop,
+        retrieval_eval,
+        run,
+        run_status,
+        run_sweep,
+        serve_offline,
+        tool_session,
+        tune_bm25,
+        wait_until_stopped,
+        watch,
+    )
     from piserini_ray.config import RunConfig
     from piserini_ray.engine_contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
@@ -55,6 +110,37 @@ _WHERE = {
     "run_sweep": "piserini_ray.api",
     "judge": "piserini_ray.api",
     "report": "piserini_ray.api",
+    "check_models": "piserini_ray.api",
+    "estimate": "piserini_ray.api",
+    "compare": "piserini_ray.api",
+    "leaderboard": "piserini_ray.api",
+    "power": "piserini_ray.api",
+    "read_records": "piserini_ray.api",
+    "build_index": "piserini_ray.api",
+    "build_dense_index": "piserini_ray.api",
+    "tool_session": "piserini_ray.api",
+    "tune_bm25": "piserini_ray.api",
+    "backends_at_best": "piserini_ray.api",
+    "retrieval_eval": "piserini_ray.api",
+    "ask": "piserini_ray.api",
+    "export": "piserini_ray.api",
+    "import_runs": "piserini_ray.api",
+    "evidence_ranks": "piserini_ray.api",
+    "pricing_check": "piserini_ray.api",
+    "serve_offline": "piserini_ray.api",
+    "run_status": "piserini_ray.api",
+    "watch": "piserini_ray.api",
+    "request_stop": "piserini_ray.api",
+    "wait_until_stopped": "piserini_ray.api",
+    "ImportReport": "piserini_ray.api",
+    "PricingCheck": "piserini_ray.api",
+    "PilotEstimate": "piserini_ray.api",
+    "PairedReport": "piserini_ray.api",
+    "LeaderboardReport": "piserini_ray.api",
+    "PowerReport": "piserini_ray.api",
+    "BuiltIndex": "piserini_ray.api",
+    "BM25Grid": "piserini_ray.api",
+    "RetrievalEval": "piserini_ray.api",
     "RunConfig": "piserini_ray.config",
     "QueryRecord": "piserini_ray.records",
     "Judgement": "piserini_ray.records",
@@ -69,23 +155,54 @@ _WHERE = {
 }
 
 __all__ = [
+    "BM25Grid",
+    "BuiltIndex",
     "ConfigError",
     "DataError",
     "EpochsReport",
+    "ImportReport",
     "Judgement",
+    "LeaderboardReport",
+    "PairedReport",
+    "PilotEstimate",
     "PiseriniRayError",
+    "PowerReport",
+    "PricingCheck",
     "QueryRecord",
     "Report",
+    "RetrievalEval",
     "RunConfig",
     "RunManifest",
     "RunMetrics",
     "RunSummary",
     "__version__",
+    "ask",
+    "backends_at_best",
+    "build_dense_index",
+    "build_index",
+    "check_models",
+    "compare",
+    "estimate",
+    "evidence_ranks",
+    "export",
+    "import_runs",
     "judge",
+    "leaderboard",
     "load_config",
+    "power",
+    "pricing_check",
+    "read_records",
     "report",
+    "request_stop",
+    "retrieval_eval",
     "run",
+    "run_status",
     "run_sweep",
+    "serve_offline",
+    "tool_session",
+    "tune_bm25",
+    "wait_until_stopped",
+    "watch",
 ]
 
 

@@ -140,3 +140,28 @@ def test_report_stays_the_function_when_the_report_package_is_imported() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_estimate_stays_the_function_when_the_estimate_module_is_imported() -> None:
+    code = (
+        "import piserini_ray.estimate, piserini_ray\n"
+        "from piserini_ray.estimate import describe\n"
+        "from piserini_ray import estimate\n"
+        "assert callable(estimate) and estimate.__module__ == 'piserini_ray.api', estimate\n"
+        "assert piserini_ray.estimate is estimate\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_cli_imports_no_engine_and_no_pipeline_at_start_up() -> None:
+    """The command line reaches them only through the API, when a command needs them (the
+    import-linter contract checks its imports; this, what a start-up loads)."""
+    code = (
+        "import sys, piserini_ray.cli\n"
+        "inner = ('pipeline', 'runtime', 'local_run', 'engine_contract', 'endpoints')\n"
+        "print(sorted(m for m in inner if f'piserini_ray.{m}' in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

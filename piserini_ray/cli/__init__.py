@@ -1,15 +1,17 @@
 """Command line: `piserini-ray COMMAND` (or `python -m piserini_ray.cli COMMAND`).
 
-A client of the package: each command parses its arguments, calls the API (`piserini_ray.api`),
-the pipeline or a report function, and prints. It writes no file itself: the run store and the
-report writers (`report/writers.py`, `exports.py`) do.
+A client of the package: each command parses its arguments, calls the API (`piserini_ray.api`)
+and prints; it never imports an engine, the engine contract or the pipeline (an import-linter
+contract). It writes no file itself: the run store and the report writers (`report/writers.py`,
+`exports.py`) do.
 
 - `parser`: the argument parser, every command and argument;
-- `common`: the config from the arguments, the searcher, the log line;
+- `common`: the config from the arguments, the log line;
 - `runs`: run, resume, sweep, estimate, judge, report;
 - `analysis`: compare, leaderboard, power, export, import, evidence-ranks, pricing check;
 - `retrieval`: index, search, read, tune-bm25, retrieval-eval;
-- `live`: ask, offline-provider.
+- `live`: ask, offline-provider;
+- `monitor`: status, watch, stop.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Analyses of finished runs (compare, leaderboard, power, evidence ranks), their export and
-import, and the pricing table's check: parse, call, print."""
+import, and the pricing table's check: parse, call the API, print."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ import argparse
 from pathlib import Path
 
 from piserini_ray.cli.common import config_from, log
-from piserini_ray.data import load_benchmark
 from piserini_ray.errors import ConfigError
-from piserini_ray.store import manifest_config
 
 
 def cmd_pricing_check(args: argparse.Namespace) -> int:
     """The pricing table against litellm's bundled price map: every difference listed; exit 1
     when there is one (the table wins in a run; this says where litellm disagrees)."""
-    from piserini_ray.metrics.cost import load_pricing, price_differences
+    from piserini_ray import api
 
-    table = load_pricing(args.table)
-    differences = price_differences(table)
-    print(f"pricing table {table.path} against litellm's price map (USD per million tokens):")
+    check = api.pricing_check(args.table)
+    differences = check.differences
+    print(f"pricing table {check.table} against litellm's price map (USD per million tokens):")
     for d in differences:
         if d.field == "model":
             print(f"  {d.model}: not in litellm's map")
@@ -32,57 +30,45 @@ def cmd_pricing_check(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of runs against the first, over the queries they share (no model is
     called: each run's own judge's verdicts)."""
-    from piserini_ray.pipeline import compare
-    from piserini_ray.report.paired import paired_markdown
+    from piserini_ray import api
 
     if len(args.run_dirs) < 2:
         raise ConfigError("compare needs two run directories or more: REFERENCE RUN [RUN ...]")
-    comparisons = compare(args.run_dirs[0], args.run_dirs[1:], log, args.seed)
-    table = paired_markdown(comparisons)
-    print(table)
+    result = api.compare(args.run_dirs[0], args.run_dirs[1:], seed=args.seed, out=args.out, log=log)
+    print(result.table)
     if args.out is not None:
-        from piserini_ray.report.writers import write_comparison
-
-        markdown, _ = write_comparison(comparisons, table, args.out)
-        print(f"wrote {markdown.absolute()} and compare.json")
+        print(f"wrote {result.files[0].absolute()} and compare.json")
     return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     """Rank runs of one benchmark, each tested against the top (report/leaderboard.py)."""
-    from piserini_ray.pipeline import run_figures
-    from piserini_ray.report.leaderboard import leaderboard, leaderboard_markdown, write_leaderboard
+    from piserini_ray import api
 
-    try:
-        board = leaderboard([run_figures(d, log) for d in args.run_dirs], args.seed)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    print(leaderboard_markdown(board))
+    result = api.leaderboard(args.run_dirs, seed=args.seed, out=args.out, log=log)
+    print(result.table)
     if args.out is not None:
-        print("wrote " + ", ".join(str(p.absolute()) for p in write_leaderboard(board, args.out)))
+        print("wrote " + ", ".join(str(p.absolute()) for p in result.files))
     return 0
 
 
 def cmd_power(args: argparse.Namespace) -> int:
     """Size a run from one pilot: the queries each assumed effect needs (exact McNemar)."""
-    from piserini_ray.pipeline import run_facts
-    from piserini_ray.report.paired import EFFECTS, pilot_power, power_markdown
+    from piserini_ray import api
 
-    effects = args.effect or list(EFFECTS)
-    if any(not 0 < e <= 1 for e in effects) or not (
-        args.discordance is None or 0 < args.discordance <= 1
-    ):
-        raise ConfigError("--effect and --discordance are fractions in (0, 1]: 0.02 = 2 points")
-    pilot = pilot_power(run_facts(args.run_dir, log), effects, args.discordance)
-    print(power_markdown(pilot))
-    return 2 if pilot.figures.discordance is None else 0  # nothing sized: --discordance asked
+    result = api.power(
+        args.run_dir, effects=args.effect or (), discordance=args.discordance, log=log
+    )
+    print(result.table)
+    # nothing sized: --discordance asked
+    return 2 if result.pilot.figures.discordance is None else 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run in another format (`exports.py`: one entry per format)."""
-    from piserini_ray.exports import export_run
+    from piserini_ray import api
 
-    paths = export_run(args.run_dir, args.format, args.out, log)
+    paths = api.export(args.run_dir, args.format, args.out, log=log)
     print(f"wrote {len(paths)} file(s) to {args.out}")
     return 0
 
@@ -90,9 +76,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     """Another harness's run files as a run directory over the config's benchmark
     (`importer.py`); what their format lacks is n/a in the report, never 0."""
-    from piserini_ray.importer import MEANING, import_runs
+    from piserini_ray import api
 
-    s = import_runs(args.dir, args.format, config_from(args), args.run_dir, log)
+    result = api.import_runs(args.dir, args.format, config_from(args), args.run_dir, log=log)
+    s = result.summary
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items()))
     print(
         f"imported {s.imported} quer{'y' if s.imported == 1 else 'ies'} from {s.source} "
@@ -110,22 +97,17 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{s.without_file} queries of the config's slice have no run file in the folder")
     if s.unavailable:
         print(f"not in the {s.format} format, reported as n/a (never 0):")
-        for part in s.unavailable:
-            print(f"  {part}: {MEANING[part]}")
+        for part, meaning in result.unavailable.items():
+            print(f"  {part}: {meaning}")
     print(f"next: piserini-ray judge {s.run_dir}\n      piserini-ray report {s.run_dir}")
     return 0
 
 
 def cmd_evidence_ranks(args: argparse.Namespace) -> int:
     """Where the run's evidence sat in its rankings (`report/evidence.py` writes the files)."""
-    from piserini_ray.report.evidence import evidence_ranks, write_evidence_ranks
-    from piserini_ray.store import RunStore
+    from piserini_ray import api
 
-    config = manifest_config(args.run_dir)
-    benchmark = load_benchmark(config.benchmark)
-    with RunStore(args.run_dir, config, log=log) as store:
-        rows = evidence_ranks(store.records(), store.rankings(), benchmark)
-    path = write_evidence_ranks(rows, Path(args.run_dir))
+    path = api.evidence_ranks(args.run_dir, log=log)
     print(path.read_text())
     print(f"also {Path(args.run_dir) / 'evidence_ranks.png'} and evidence_ranks.csv")
     return 0

@@ -1,17 +1,12 @@
 """What every command shares: the log line, the config from the arguments and its
-overrides, the searcher over the config's index, the shared arguments."""
+overrides, the shared arguments."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
 from piserini_ray.config import RunConfig, load_config
-from piserini_ray.data import Benchmark
-
-if TYPE_CHECKING:
-    from piserini_ray.retrieval.backends import SearchBackend
 
 
 def log(message: str) -> None:
@@ -68,15 +63,6 @@ def engine_arguments(p: argparse.ArgumentParser) -> None:
         help="ray: searcher replicas on a Ray cluster (default); local: this process only",
     )
     p.add_argument("--concurrency", type=int, default=4, help="queries at once (local engine)")
-
-
-def searcher(cfg: RunConfig, benchmark: Benchmark) -> SearchBackend:
-    """The configured backend over the config's index (`pipeline.index_for`: built if
-    missing, its qrels checked)."""
-    from piserini_ray.pipeline import index_for
-    from piserini_ray.retrieval.backends import open_backend
-
-    return open_backend(index_for(cfg, benchmark, log), cfg.retrieval)
 
 
 def encoder_label(config: RunConfig) -> str:

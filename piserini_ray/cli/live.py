@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
+from typing import TYPE_CHECKING, Any
 
-from piserini_ray.cli.common import config_from
-from piserini_ray.cli.common import searcher as open_searcher
-from piserini_ray.data import load_benchmark
+from piserini_ray.cli.common import config_from, log
+from piserini_ray.data import Query, load_benchmark
 from piserini_ray.errors import ConfigError
 from piserini_ray.store import manifest_config
+
+if TYPE_CHECKING:
+    from piserini_ray.records import QueryRecord
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """One query, in this process, with its trajectory printed as it happens."""
-    import asyncio
-
-    from piserini_ray.agent.loop import run_query
-    from piserini_ray.data import Query
-    from piserini_ray.endpoints import ModelEndpoints
-    from piserini_ray.local_run import local_client
-    from piserini_ray.tools import ToolSession, tool_schemas
+    from piserini_ray import api
 
     cfg = manifest_config(args.run_dir) if args.run_dir else config_from(args)
     benchmark = load_benchmark(cfg.benchmark)
@@ -30,51 +28,48 @@ def cmd_ask(args: argparse.Namespace) -> int:
     else:
         raise ConfigError("give a QUESTION or --query-id ID")
     if args.run_dir:
-        from piserini_ray.store import RunStore
-
-        with RunStore(args.run_dir, cfg) as store:
-            stored = [r for r in store.records() if r.query_id == query.query_id]
+        stored = [r for r in api.read_records(args.run_dir) if r.query_id == query.query_id]
         if stored:
             print(
                 f"(the run holds a record for {query.query_id}: {stored[0].status}, "
                 f"answer {stored[0].exact_answer!r}; running it again here, not saved)\n"
             )
     print(f"Question: {query.query}\n")
+    show = functools.partial(_show_event, lines=args.lines)
+    record = api.ask(
+        cfg,
+        query,
+        benchmark=benchmark,
+        spill_dir=args.spill_dir,
+        on_event=show,
+        save=args.save,
+        log=log,
+    )
+    _print_outcome(record, query)
+    return 0 if record.status == "completed" else 1
 
-    def show(kind: str, data: dict) -> None:
-        if kind == "model":
-            if data["content"]:
-                print(f"--- model (turn {data['turn']}):\n{data['content']}\n")
-            for call in data["tool_calls"]:
-                fn = call["function"]
-                print(f"--- turn {data['turn']} calls {fn['name']} {fn['arguments']}")
-        elif kind == "tool":
-            lines = data["observation"].splitlines()
-            more = (
-                f"\n    ... ({len(lines) - args.lines} more lines)"
-                if len(lines) > args.lines
-                else ""
-            )
-            print("    " + "\n    ".join(lines[: args.lines]) + more + "\n")
-        elif kind == "steer":
-            print(f"--- steer: submit now (at {data['charged']:.1f} s charged)\n")
 
-    searcher = open_searcher(cfg, benchmark)
-    with ModelEndpoints() as endpoints:
-        client = local_client(cfg.model, cfg, endpoints)  # model.rate_limit holds
-        session = ToolSession(searcher, cfg.tools, args.spill_dir)
-        record = asyncio.run(
-            run_query(
-                query,
-                session,
-                client,
-                cfg.agent,
-                tool_schemas(cfg.tools),
-                run_id="ask",
-                config_hash=cfg.config_hash(),
-                on_event=show,
-            )
+def _show_event(kind: str, data: dict[str, Any], lines: int) -> None:
+    """One event of the trajectory as it happens: a model turn and its tool calls, a tool's
+    observation (its first `lines` lines), a steer."""
+    if kind == "model":
+        if data["content"]:
+            print(f"--- model (turn {data['turn']}):\n{data['content']}\n")
+        for call in data["tool_calls"]:
+            fn = call["function"]
+            print(f"--- turn {data['turn']} calls {fn['name']} {fn['arguments']}")
+    elif kind == "tool":
+        observation = data["observation"].splitlines()
+        more = (
+            f"\n    ... ({len(observation) - lines} more lines)" if len(observation) > lines else ""
         )
+        print("    " + "\n    ".join(observation[:lines]) + more + "\n")
+    elif kind == "steer":
+        print(f"--- steer: submit now (at {data['charged']:.1f} s charged)\n")
+
+
+def _print_outcome(record: QueryRecord, query: Query) -> None:
+    """The query's outcome: status, answers, tool calls, tokens, time and documents."""
     print(f"status: {record.status}" + (f" ({record.error})" if record.error else ""))
     print(
         f"exact answer: {record.exact_answer!r}  confidence: {record.confidence:g}"
@@ -88,16 +83,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         f"surfaced {len(record.surfaced)}, previewed {len(record.previewed)}, "
         f"opened {len(record.opened)}, cited {record.cited}"
     )
-    if args.save:
-        from piserini_ray.report.writers import write_record
-
-        write_record(record, args.save)
-    return 0 if record.status == "completed" else 1
 
 
 def cmd_offline_provider(args: argparse.Namespace) -> int:
     """The offline models on 127.0.0.1 until interrupted."""
-    from piserini_ray.offline import serve
+    from piserini_ray import api
 
-    serve(config_from(args).offline, host="127.0.0.1", port=args.port)
+    api.serve_offline(config_from(args), args.port)
     return 0

@@ -1,21 +1,13 @@
 """Watching runs from any terminal or browser while they go: `status`, `watch`, `stop`
-(`monitor/`)."""
+(the API's `run_status`, `watch`, `request_stop`, `wait_until_stopped`)."""
 
 from __future__ import annotations
 
 import argparse
-import time
+from typing import TYPE_CHECKING
 
-from piserini_ray.monitor.status import (
-    LIVE_STATES,
-    StatusView,
-    read_status,
-    request_stop,
-    run_dirs_under,
-)
-
-#: How often `stop --wait` looks whether the run has stopped.
-STOP_POLL_SECONDS = 0.5
+if TYPE_CHECKING:
+    from piserini_ray.monitor.status import StatusView
 
 
 def _duration(seconds: float | None) -> str:
@@ -73,8 +65,9 @@ HEADER = [
 
 def cmd_status(args: argparse.Namespace) -> int:
     """A table of every run under PATH from their status files (or `--json`)."""
-    runs = run_dirs_under(args.path)
-    views = [(run_dir, read_status(run_dir)) for run_dir in runs]
+    from piserini_ray import api
+
+    views = api.run_status(args.path)
     if args.json:
         import orjson
 
@@ -106,9 +99,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Serve the live web view until Ctrl-C."""
-    from piserini_ray.monitor.web import is_loopback, start_watch
+    from piserini_ray import api
+    from piserini_ray.monitor.web import is_loopback
 
-    watch = start_watch(args.path, args.host, args.port)
+    watch = api.watch(args.path, args.host, args.port)
     print(f"watching {args.path.absolute()}: open {watch.url}", flush=True)
     if not is_loopback(args.host):
         print("(not on loopback: every request needs that token)", flush=True)
@@ -123,22 +117,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """Ask one run's driver to stop it; with `--wait` (the default), until it has."""
-    path = request_stop(args.run_dir)
+    from piserini_ray import api
+
+    path = api.request_stop(args.run_dir)
     print(f"stop requested ({path}); the run's driver stops it within a second", flush=True)
     if args.no_wait:
         return 0
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        seen = read_status(args.run_dir)
-        if seen is not None and (seen.stale or seen.status.state not in LIVE_STATES):
-            break
-        if seen is not None and seen.status.state == "judging":
-            break  # its queries are done: judging the answers is left to finish
-        time.sleep(STOP_POLL_SECONDS)
-    else:
+    seen = api.wait_until_stopped(args.run_dir, args.timeout)
+    if seen is None:
         print(f"the run did not stop within {args.timeout:g} s; its status still says running")
         return 1
-    assert seen is not None
     print(
         f"{args.run_dir}: {seen.state}, {seen.status.recorded_total}/{seen.status.queries} "
         "recorded; run the same command again to resume it"

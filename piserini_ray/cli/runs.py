@@ -1,5 +1,5 @@
 """Running, resuming, sweeping, estimating, judging and reporting runs: each command calls
-the API (`piserini_ray.api`) or the pipeline and prints."""
+the API (`piserini_ray.api`) and prints."""
 
 from __future__ import annotations
 
@@ -10,22 +10,18 @@ from typing import TYPE_CHECKING
 from piserini_ray import api
 from piserini_ray.cli.common import config_from, log, with_epochs
 from piserini_ray.config import RunConfig
-from piserini_ray.data import load_benchmark
 from piserini_ray.store import manifest_config
 
 if TYPE_CHECKING:
-    from piserini_ray.engine_contract import RunSummary
-    from piserini_ray.pipeline import Report
+    from piserini_ray import Report, RunSummary
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the agent over the configured slice (default: the embedded sample with the
     offline heuristic model), records in a run directory, then the summary."""
-    from piserini_ray import pipeline
-
     config = config_from(args)
     if args.check:
-        pipeline.check_models([config], log, include_offline=True)
+        api.check_models(config, log=log)
         return 0
     return _run(config, args.run_dir, args)
 
@@ -77,34 +73,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Run a seeded pilot of the slice in the run's own directory (paid once: the full run
     resumes after it) and project the whole slice's cost, tokens and makespan."""
-    from piserini_ray import pipeline
-    from piserini_ray.estimate import describe, pilot_ids, project
-    from piserini_ray.metrics.cost import pricing_for
-    from piserini_ray.report.writers import write_estimate
-    from piserini_ray.store import RunStore
-
     args.config = args.config_file or args.config
-    config = config_from(args)
-    benchmark = load_benchmark(config.benchmark)
-    ids = [q.query_id for q in benchmark.select(**config.slice.model_dump())]
-    pilot = set(pilot_ids(ids, args.pilot, config.slice.seed))
-    engine = pipeline.make_engine(args.engine, args.concurrency, release_ray=True)
-    try:
-        (summary,) = pipeline.execute([(config, args.run_dir)], engine, log, only=pilot)
-    finally:
-        engine.close()
-    with RunStore(Path(summary.run_dir), config) as store:
-        records = [r for r in store.iter_records(trajectory=False) if r.query_id in pilot]
-    runtime = config.runtime
-    at_once = runtime.replicas * runtime.max_concurrency
-    if args.engine == "local":
-        at_once = args.concurrency
-    price = pricing_for(config).model_price(config.model)
-    estimate = project(records, len(ids), config, price, at_once)
-    print(describe(estimate))
-    path = write_estimate(estimate, Path(summary.run_dir))
-    rest = len(ids) - len(pilot)
-    print(f"wrote {path}; `piserini-ray run` with the same config runs the other {rest}")
+    result = api.estimate(
+        config_from(args),
+        args.run_dir,
+        args.engine,
+        pilot=args.pilot,
+        concurrency=args.concurrency,
+        log=log,
+    )
+    print(result.text)
+    rest = result.queries - result.pilot
+    print(f"wrote {result.file}; `piserini-ray run` with the same config runs the other {rest}")
     return 0
 
 

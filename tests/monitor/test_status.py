@@ -245,3 +245,21 @@ def test_retry_classes() -> None:
     assert wilson(0, 0) is None
     low, high = wilson(50, 100)  # type: ignore[misc]
     assert low < 0.5 < high and round(high - 0.5, 3) == round(0.5 - low, 3)
+
+
+def test_stop_waits_for_the_run_to_stop_or_says_it_did_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import threading
+
+    from piserini_ray.cli import main
+
+    run = tmp_path / "run"
+    with RunStore(run, RunConfig()) as store:
+        board = _board(store, {"q1"}, [])  # not started: nothing honours the request
+        assert main(["stop", str(run), "--timeout", "0.6"]) == 1
+        out = capsys.readouterr().out
+        assert "stop requested" in out and "did not stop within 0.6 s" in out
+        threading.Timer(0.3, board.close, args=("stopped", "asked")).start()
+        assert main(["stop", str(run), "--timeout", "30"]) == 0
+        assert f"{run}: stopped, 0/1 recorded" in capsys.readouterr().out
