@@ -146,9 +146,9 @@ def ray_memory(config: RunConfig) -> list[str]:
     """A BM25 replica, a dense replica and the node's encoder actor, each once ready."""
     import ray
 
-    from piserini_ray.runtime.encoders import start_node_encoders
-    from piserini_ray.runtime.ray_env import start_ray
-    from piserini_ray.runtime.worker import SearchWorker
+    from piserini_ray.engines.ray.encoders import start_node_encoders
+    from piserini_ray.engines.ray.ray_env import start_ray
+    from piserini_ray.engines.ray.worker import SearchWorker
 
     start_ray(config.runtime.model_copy(update={"num_cpus": 2}))
     retrieval = config.retrieval.with_resolved_index_root()

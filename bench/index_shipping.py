@@ -37,14 +37,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
 
-    from piserini_ray.runtime.ray_env import prepare_local_ray
+    from piserini_ray.engines.ray.ray_env import prepare_local_ray
 
     prepare_local_ray()
     import ray
 
     ray.init(address="local", num_cpus=2, object_store_memory=256 << 20, include_dashboard=False)
-    from piserini_ray.runtime.driver_services import driver_services
-    from piserini_ray.runtime.shipping import IndexSource, serve_index
+    from piserini_ray.engines.ray.driver_services import driver_services
+    from piserini_ray.engines.ray.shipping import IndexSource, serve_index
 
     config = load_config(args.config)
     benchmark = load_benchmark(config.benchmark)
@@ -65,9 +65,9 @@ def main() -> None:
         def first_search(
             self, how: str, src: IndexSource, retrieval: RetrievalConfig, bench: Any, text: str
         ) -> float:
+            from piserini_ray.engines.ray import shipping
+            from piserini_ray.engines.ray.shipping import local_index
             from piserini_ray.retrieval.backends import open_backend
-            from piserini_ray.runtime import shipping
-            from piserini_ray.runtime.shipping import local_index
 
             shipping._same_sizes = lambda folder, files: False  # a bare node: not its folder
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import orjson
 
-from piserini_ray.runtime.ray_env import prepare_local_ray
+from piserini_ray.engines.ray.ray_env import prepare_local_ray
 
 prepare_local_ray()  # before Ray is imported
 

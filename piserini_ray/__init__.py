@@ -46,8 +46,6 @@ litellm or torch is imported before a run needs it.
 from __future__ import annotations
 
 import os as _os
-import sys as _sys
-import types as _types
 
 # litellm fetches its price map from the internet at import unless told otherwise; these
 # machines (and many clusters) have no route out, and a run must not depend on one.
@@ -96,12 +94,12 @@ if TYPE_CHECKING:
         watch,
     )
     from piserini_ray.config import RunConfig
-    from piserini_ray.engine_contract import RunSummary
+    from piserini_ray.engines.contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
     from piserini_ray.pipeline import Report
     from piserini_ray.records import Judgement, QueryRecord, RunManifest
-    from piserini_ray.report.epochs import EpochsReport
-    from piserini_ray.report.run_metrics import RunMetrics
+    from piserini_ray.reports.epochs import EpochsReport
+    from piserini_ray.reports.run_metrics import RunMetrics
 
 #: Each public name and the module that defines it (loaded on first use).
 _WHERE = {
@@ -145,10 +143,10 @@ _WHERE = {
     "QueryRecord": "piserini_ray.records",
     "Judgement": "piserini_ray.records",
     "RunManifest": "piserini_ray.records",
-    "RunSummary": "piserini_ray.engine_contract",
-    "RunMetrics": "piserini_ray.report.run_metrics",
+    "RunSummary": "piserini_ray.engines.contract",
+    "RunMetrics": "piserini_ray.reports.run_metrics",
     "Report": "piserini_ray.pipeline",
-    "EpochsReport": "piserini_ray.report.epochs",
+    "EpochsReport": "piserini_ray.reports.epochs",
     "PiseriniRayError": "piserini_ray.errors",
     "ConfigError": "piserini_ray.errors",
     "DataError": "piserini_ray.errors",
@@ -224,18 +222,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(_types.ModuleType):
-    """This package's module type: the function `report` keeps its name when the subpackage
-    `piserini_ray.report` is imported (the import system would set the attribute to the
-    subpackage, which stays in `sys.modules` and is reached as `from piserini_ray.report
-    import ...`; `import piserini_ray.report as x` would give the function)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _WHERE and isinstance(value, _types.ModuleType):
-            return  # a public name is never shadowed by a submodule of the same name
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from piserini_ray.analysis.stopping import StopWhenDecided
 from piserini_ray.config import RunConfig, load_config, read_yaml
 from piserini_ray.errors import ConfigError, describe_validation_error
-from piserini_ray.stopping import StopWhenDecided
 
 
 class SweepConfig(BaseModel):

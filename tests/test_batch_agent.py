@@ -1,5 +1,5 @@
 """Batched agent turns (issue 22) on the local engine (on Ray:
-`tests/runtime/test_scheduler.py::test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier`):
+`tests/engines/ray/test_scheduler.py::test_batched_turns_on_ray_go_through_one_batcher_and_match_the_standard_tier`):
 with `model.service_tier: batch` the agent loop is unchanged and every turn travels as a line
 of a provider batch (OpenAI's Batch API or Anthropic's Message Batches, the offline
 provider's emulators, through litellm's batches and files calls). The same queries give the same

@@ -112,8 +112,8 @@ RECORD_FILES = {
     "records.jsonl": ("piserini_ray.records", "QueryRecord", True),
     "judgements": ("piserini_ray.records", "Judgement", True),
     "manifest.json": ("piserini_ray.records", "RunManifest", True),
-    "summary.json": ("piserini_ray.report.run_metrics", "RunMetrics", False),
-    "epochs.json": ("piserini_ray.report.epochs", "EpochsReport", False),
+    "summary.json": ("piserini_ray.reports.run_metrics", "RunMetrics", False),
+    "epochs.json": ("piserini_ray.reports.epochs", "EpochsReport", False),
 }
 
 

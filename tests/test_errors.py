@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from piserini_ray.engines.ray.readiness import StartupError
 from piserini_ray.errors import (
     ConfigError,
     DataError,
@@ -18,7 +19,6 @@ from piserini_ray.errors import (
 )
 from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.retrieval.encoder import EncoderError
-from piserini_ray.runtime.readiness import StartupError
 
 
 @pytest.mark.parametrize(

@@ -73,10 +73,10 @@ def test_this_environment_holds_exactly_the_locked_versions() -> None:
 def test_the_lean_start_is_written_for_the_locked_ray() -> None:
     """A Ray bumped in the lock runs the plain start (`runtime/ray_env.lean_start_applies`)
     until its private functions are checked again and `LEAN_START_RAY` follows."""
-    from piserini_ray.runtime.ray_env import LEAN_START_RAY
+    from piserini_ray.engines.ray.ray_env import LEAN_START_RAY
 
     assert _lock()[canonicalize_name("ray")][0] == Version(LEAN_START_RAY), (
         "requirements.lock pins another Ray than runtime/ray_env.LEAN_START_RAY: check the "
-        "lean start's replaced functions against it (tests/runtime/test_ray_env.py), then "
+        "lean start's replaced functions against it (tests/engines/ray/test_ray_env.py), then "
         "update LEAN_START_RAY"
     )

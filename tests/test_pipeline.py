@@ -195,8 +195,8 @@ def test_failures_not_the_querys_fault_run_again_and_retry_failed_runs_every_fai
 
 
 def test_a_node_running_other_code_is_named_before_any_query() -> None:
-    from piserini_ray.runtime.identity import code_identity
-    from piserini_ray.runtime.scheduler import SchedulerError, check_same_code
+    from piserini_ray.engines.ray.identity import code_identity
+    from piserini_ray.engines.ray.replicas import SchedulerError, check_same_code
 
     ours = code_identity()
     check_same_code([{"ip": "10.0.0.1", "code": ours}, {"ip": "10.0.0.2", "code": ours}])

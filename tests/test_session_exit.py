@@ -83,7 +83,7 @@ def test_a_session_that_ran_ray_ends_by_its_own_path_without_a_native_crash(
 
         atexit.register(lambda: print("atexit handler ran", flush=True))
         """,
-        "tests/runtime/test_startup.py::test_a_replica_lacking_the_index_fetches_it_from_the_drivers_node_and_nothing_else",
+        "tests/engines/ray/test_startup.py::test_a_replica_lacking_the_index_fetches_it_from_the_drivers_node_and_nothing_else",
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

@@ -17,7 +17,7 @@ import asyncio, json, sys
 from piserini_ray import warm
 from piserini_ray.config import ModelConfig, OfflineConfig, RetryConfig
 from piserini_ray.offline import OfflineProvider
-from piserini_ray.runtime.worker import _load_model_modules
+from piserini_ray.engines.ray.worker import _load_model_modules
 
 _load_model_modules()  # what a replica loads on its import thread: warm's modules and ours
 from piserini_ray.llm.check import PROMPT, probe_model

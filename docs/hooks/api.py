@@ -35,9 +35,14 @@ RECORD_FILES = (
         "one line per query judged, a file per judge model",
     ),
     ("manifest.json", "piserini_ray.records", "RunManifest", "the run's config and versions"),
-    ("summary.json", "piserini_ray.report.run_metrics", "RunMetrics", "the run's figures"),
-    ("epochs.json", "piserini_ray.report.epochs", "EpochsReport", "a run with several epochs"),
-    ("decision.json", "piserini_ray.stopping", "Decision", "a run of a `stop_when_decided` sweep"),
+    ("summary.json", "piserini_ray.reports.run_metrics", "RunMetrics", "the run's figures"),
+    ("epochs.json", "piserini_ray.reports.epochs", "EpochsReport", "a run with several epochs"),
+    (
+        "decision.json",
+        "piserini_ray.analysis.stopping",
+        "Decision",
+        "a run of a `stop_when_decided` sweep",
+    ),
 )
 
 SECTIONS = ("Args", "Returns", "Raises", "Example")

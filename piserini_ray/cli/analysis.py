@@ -65,7 +65,7 @@ def cmd_power(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """A run in another format (`exports.py`: one entry per format)."""
+    """A run in another format (`formats/exporter.py`: one entry per format)."""
     from piserini_ray import api
 
     paths = api.export(args.run_dir, args.format, args.out, log=log)
@@ -75,7 +75,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Another harness's run files as a run directory over the config's benchmark
-    (`importer.py`); what their format lacks is n/a in the report, never 0."""
+    (`formats/importer.py`); what their format lacks is n/a in the report, never 0."""
     from piserini_ray import api
 
     result = api.import_runs(args.dir, args.format, config_from(args), args.run_dir, log=log)

@@ -12,8 +12,8 @@ import piserini_ray
 from piserini_ray.cli import analysis, live, monitor, retrieval, runs
 from piserini_ray.cli.common import engine_arguments, epochs_argument
 from piserini_ray.config import BACKENDS
-from piserini_ray.exports import EXPORT_FORMATS
-from piserini_ray.importers.files import FORMATS as IMPORT_FORMATS
+from piserini_ray.formats.exporter import EXPORT_FORMATS
+from piserini_ray.formats.peer_files import FORMATS as IMPORT_FORMATS
 
 _Add = Callable[[str, str], argparse.ArgumentParser]
 

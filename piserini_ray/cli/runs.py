@@ -146,7 +146,7 @@ def print_report(report: Report) -> None:
         print("\n" + report.paired)
     if report.combined:
         print("combined report: " + "  ".join(str(p) for p in report.combined))
-    from piserini_ray.report.epochs import epochs_markdown
+    from piserini_ray.reports.epochs import epochs_markdown
 
     for epochs in report.epochs:
         print("\n" + epochs_markdown(epochs))

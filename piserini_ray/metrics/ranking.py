@@ -1,7 +1,7 @@
 """Ranking metrics of one ranked list against binary qrels: recall@k, nDCG@k, average precision.
 
 Written out (a dozen lines) rather than pulling in ranx or ir-measures for three textbook
-formulas; `tests/test_tuning.py` checks them on hand-computed lists.
+formulas; `tests/analysis/test_bm25_grid.py` checks them on hand-computed lists.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ output is never parsed as HTML."""
 
 from __future__ import annotations
 
-from piserini_ray.report.viewer import VIEWER_HTML
+from piserini_ray.reports.viewer import VIEWER_HTML
 
 _STYLE = """<style>
 body { font: 13px system-ui, sans-serif; margin: 1em; color: #222; }

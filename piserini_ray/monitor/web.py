@@ -49,7 +49,7 @@ from piserini_ray.monitor.status import (
     run_dirs_under,
 )
 from piserini_ray.records import Judgement, QueryRecord
-from piserini_ray.report.viewer import query_data, query_script
+from piserini_ray.reports.viewer import query_data, query_script
 from piserini_ray.store import manifest_config
 from piserini_ray.tools.spill import safe_component
 

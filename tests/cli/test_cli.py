@@ -255,8 +255,8 @@ def test_a_second_judge_shows_kappa_and_compare_prints_the_paired_table(
 def test_retrieval_eval_prints_every_backend_side_by_side(
     capsys, sample, searcher, dense_sample: Path, index_root: Path, tmp_path: Path
 ) -> None:
+    from piserini_ray.analysis.bm25_grid import score_rankings
     from piserini_ray.cli import main
-    from piserini_ray.tuning import score_rankings
 
     out = tmp_path / "eval"
     assert main(["retrieval-eval", "--index-root", str(index_root), "--out", str(out)]) == 0
@@ -288,7 +288,7 @@ def test_power_sizes_a_run_from_a_pilot(capsys, finished_run: tuple[Path, object
     facts = run_facts(run_dir, lambda _m: None).facts
     p = sum(f.verdict == "judged" and bool(f.correct) for f in facts) / len(facts)
     # The offline pilot gets nothing right: 2p(1-p) = 0 would say no run ever disagrees with
-    # it, so the discordance is unknown and asked for (a mixed pilot: tests/report/
+    # it, so the discordance is unknown and asked for (a mixed pilot: tests/reports/
     # test_power_pilot.py).
     assert p == 0.0
     assert main(["power", str(run_dir), "--effect", "0.02", "--effect", "0.05"]) == 2
@@ -304,7 +304,7 @@ def test_power_sizes_a_run_from_a_pilot(capsys, finished_run: tuple[Path, object
 
 def test_the_cli_writes_no_file_itself_and_no_module_of_it_is_over_700_lines() -> None:
     """The command line parses, calls and prints: every file it leaves is written by the store
-    or a named writer (`report/writers.py`, `exports.py`), never by `piserini_ray/cli/`."""
+    or a named writer (`report/writers.py`, `formats/exporter.py`), never by `piserini_ray/cli/`."""
     import re
 
     import piserini_ray.cli

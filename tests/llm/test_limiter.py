@@ -1,4 +1,4 @@
-"""The limiter's rules on a fake clock (the cluster-wide behaviour is in tests/runtime/)."""
+"""The limiter's rules on a fake clock (the cluster-wide behaviour is in tests/engines/ray/)."""
 
 import random
 

@@ -99,7 +99,7 @@ def test_a_query_without_a_verdict_is_left_out_and_listed_never_wrong() -> None:
     """Recorded in an epoch but not judged yet, or its judge failed: left out of every figure
     and listed (docs/guides/analyses.md), as a query missing from an epoch is."""
     from piserini_ray.records import Judgement
-    from piserini_ray.report.epochs import EpochsReport, epoch_outcomes, epochs_markdown
+    from piserini_ray.reports.epochs import EpochsReport, epoch_outcomes, epochs_markdown
 
     def verdict(q: str, right: bool | None) -> Judgement:
         if right is None:
@@ -124,7 +124,7 @@ def test_a_query_without_a_verdict_is_left_out_and_listed_never_wrong() -> None:
 
 
 def test_no_complete_query_is_n_a_never_zero() -> None:
-    from piserini_ray.report.epochs import EpochsReport, epochs_markdown
+    from piserini_ray.reports.epochs import EpochsReport, epochs_markdown
 
     stats = epoch_stats([{"q1": True, "q2": None}, {}])  # epoch 2 has no record yet
     assert stats.queries == 0 and stats.incomplete == ["q1", "q2"]

@@ -156,7 +156,7 @@ def test_starting_ray_after_the_jvm_leaves_the_jvm_its_sigsegv_handler() -> None
             SIGSEGV_OWNER + "import ray\n"
             "from piserini_ray.config import RuntimeConfig\n"
             "from piserini_ray.retrieval.jvm import boot_jvm\n"
-            "from piserini_ray.runtime.ray_env import release_ray_async, start_ray\n"
+            "from piserini_ray.engines.ray.ray_env import release_ray_async, start_ray\n"
             "boot_jvm('256m'); print('booted:', sigsegv_owner())\n"
             "start_ray(RuntimeConfig(num_cpus=1, object_store_mb=100))\n"
             "print('run started ray:', sigsegv_owner())\n"
