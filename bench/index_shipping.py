@@ -1,4 +1,4 @@
-"""A bare node's first search: the index shipped through Ray (`runtime/shipping.py`) against the
+"""A bare node's first search: the index shipped through Ray (`engines/ray/shipping.py`) against the
 node rebuilding it from the corpus.
 
     python bench/index_shipping.py                                   # the embedded sample

@@ -2,7 +2,7 @@
 (llama-cpp-python's, `make serving`, Gemma 3 270M on CPU, each with its prompt cache) answer
 the same agent-like conversations (a system prompt, a question, then a document per turn,
 each turn's prompt the whole conversation so far) either with **affinity** (every turn of a
-conversation to one server, as `runtime/model_servers.py` routes a query) or **round-robin**
+conversation to one server, as `engines/ray/model_servers.py` routes a query) or **round-robin**
 (turn t of conversation c to server (c + t) mod 2, as a balancer that forgets the query would).
 
 It reports, per routing, the prompt-cache hit rate (the prompt tokens the server found cached,

@@ -34,7 +34,7 @@ class SweepConfig(BaseModel):
     #: `{model.name: offline/heuristic, agent.budget_seconds: 300}`: the combined report then
     #: holds a paired comparison (`piserini-ray compare`) of every run against it.
     reference: dict[str, Any] | None = None
-    #: Stop each run once its comparison with the reference is decided (`stopping.py`):
+    #: Stop each run once its comparison with the reference is decided (`analysis/stopping.py`):
     #: `{alpha: 0.05, metric: accuracy, min_queries: 0, seed: 0, reference: ...}`.
     stop_when_decided: StopWhenDecided | None = None
 

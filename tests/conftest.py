@@ -301,7 +301,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 # handles, GCS clients of clusters they started) is collected while Ray is still whole, so
 # that their threads are joined by their own destructors and not met by C++ teardown.
 # The native crashes this process used to end with each had a cause of its own, cured where
-# it lay: a threaded actor destroyed before its first task (runtime/shipping.py), faulthandler
+# it lay: a threaded actor destroyed before its first task (engines/ray/shipping.py), faulthandler
 # in front of the JVM (retrieval/jvm.py).
 
 

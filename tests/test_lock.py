@@ -71,7 +71,7 @@ def test_this_environment_holds_exactly_the_locked_versions() -> None:
 
 
 def test_the_lean_start_is_written_for_the_locked_ray() -> None:
-    """A Ray bumped in the lock runs the plain start (`runtime/ray_env.lean_start_applies`)
+    """A Ray bumped in the lock runs the plain start (`engines/ray/ray_env.lean_start_applies`)
     until its private functions are checked again and `LEAN_START_RAY` follows."""
     from piserini_ray.engines.ray.ray_env import LEAN_START_RAY
 

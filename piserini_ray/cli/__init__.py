@@ -2,7 +2,7 @@
 
 A client of the package: each command parses its arguments, calls the API (`piserini_ray.api`)
 and prints; it never imports an engine, the engine contract or the pipeline (an import-linter
-contract). It writes no file itself: the run store and the report writers (`report/writers.py`,
+contract). It writes no file itself: the run store and the report writers (`reports/writers.py`,
 `formats/exporter.py`) do.
 
 - `parser`: the argument parser, every command and argument;

@@ -42,7 +42,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """Rank runs of one benchmark, each tested against the top (report/leaderboard.py)."""
+    """Rank runs of one benchmark, each tested against the top (reports/leaderboard.py)."""
     from piserini_ray import api
 
     result = api.leaderboard(args.run_dirs, seed=args.seed, out=args.out, log=log)
@@ -104,7 +104,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence_ranks(args: argparse.Namespace) -> int:
-    """Where the run's evidence sat in its rankings (`report/evidence.py` writes the files)."""
+    """Where the run's evidence sat in its rankings (`reports/evidence.py` writes the files)."""
     from piserini_ray import api
 
     path = api.evidence_ranks(args.run_dir, log=log)

@@ -35,7 +35,7 @@ class JudgeConfig(StrictModel):
 
     model: ModelConfig | None = None
     #: A panel: every answer is judged by each of these models and the verdict is their
-    #: majority (`report/panel.py`); the first is the run's own judge. Empty: `model` alone.
+    #: majority (`reports/panel.py`); the first is the run's own judge. Empty: `model` alone.
     models: list[ModelConfig] = Field(default_factory=list)
     #: What a tied panel counts as (it is flagged in the report either way).
     panel_ties: Literal["incorrect", "correct"] = "incorrect"
@@ -46,9 +46,9 @@ class JudgeConfig(StrictModel):
     #: How often a judge at `service_tier: batch` asks whether its batch has finished.
     batch_poll_seconds: float = Field(30.0, gt=0)
     #: The judge's prompt and reply format: ours (JSON, docs/spec.md §6), or BrowseComp-Plus's
-    #: grader verbatim, its reply parsed as their evaluate_run.py parses it (`judge.py`). Each
-    #: verdict records its template; a verdict already given is not judged again when this
-    #: changes.
+    #: grader verbatim, its reply parsed as their evaluate_run.py parses it
+    #: (`judging/templates.py`). Each verdict records its template; a verdict already given is
+    #: not judged again when this changes.
     template: Literal["piserini", "browsecomp-plus"] = "piserini"
 
     @model_validator(mode="after")

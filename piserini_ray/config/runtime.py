@@ -57,7 +57,7 @@ class RuntimeConfig(StrictModel):
     object_store_mb: int = Field(256, ge=64)
     #: A local Ray's dashboard. Off, the local Ray starts only what a run uses: no API server
     #: (Ray starts one even without the dashboard, and waits for it), no autoscaler monitor
-    #: and a minimal dashboard agent (`runtime/ray_env._lean_start`).
+    #: and a minimal dashboard agent (`engines/ray/ray_env._lean_start`).
     dashboard: bool = False
     #: A local Ray's Prometheus metrics port (Ray's and ours, `ray_piserini_*`: the Ray guide's
     #: metrics section). Set, the local Ray starts its full dashboard agent, which serves them.

@@ -1,6 +1,6 @@
 """What the pipeline hands an engine, and what every engine promises: a leaf of shared types.
 
-The pipeline (`pipeline.py`) prepares runs and an engine (`local_run.LocalEngine` in this
+The pipeline (`pipeline/`) prepares runs and an engine (`engines.local.LocalEngine` in this
 process, `runtime.RayEngine` on Ray) executes them; both import this module, neither imports
 the other. `PreparedRun.complete` is the one way a query ends, in either engine: its record is
 written, the cost guard and the progress display learn of it.
@@ -55,7 +55,8 @@ class PreparedRun:
     #: starts, and the run exits non-zero.
     failure_stop: str | None = None
     #: Judge each answer as its record is written, while the other queries run (the Ray
-    #: engine: `runtime/judge_alongside.py`): set when the caller judges next (`run_and_report`).
+    #: engine: `engines/ray/judge_alongside.py`): set when the caller judges next
+    #: (`run_and_report`).
     judge_as_they_come: bool = False
     #: The run's live status (`status.json`), told of each record and verdict by the store;
     #: it also carries a stop request (`piserini-ray stop`).
@@ -258,7 +259,7 @@ class RunSummary(BaseModel):
 
 class Engine(Protocol):
     """Runs prepared runs' todo lists and judges their answers, writing each record and verdict
-    through its run's store as it comes (`local_run.LocalEngine`, `runtime.RayEngine`).
+    through its run's store as it comes (`engines.local.LocalEngine`, `runtime.RayEngine`).
 
     `start` may begin bringing up workers while `prepare` checks the data (idempotent); `judge`
     gives every answer without a verdict one from `config`'s judge model, under the limiter of

@@ -88,7 +88,7 @@ class _Plan:
 
 async def _run_all(plans: list[_Plan]) -> None:
     """The plans' queries, each run `at_once` at a time: run after run, or side by side in
-    their shared order when they are compared as they go (`engine_contract.in_turn`)."""
+    their shared order when they are compared as they go (`engines.contract.in_turn`)."""
     runs = [plan.run for plan in plans]
     by_run = {id(plan.run): plan for plan in plans}
     progress = Progress(sum(len(run.todo) for run in runs))

@@ -1,6 +1,6 @@
 """The live web view's two pages (`monitor/web.py`): the runs under the watched path, updated
 in place every two seconds from `/api/runs`, and one run's trajectories in the report's own
-viewer (`report/viewer.py`), its data served live. Text is set with textContent only: model
+viewer (`reports/viewer.py`), its data served live. Text is set with textContent only: model
 output is never parsed as HTML."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ What it shows comes from the run directories only, read, never written, and neve
 store's lock is its driver's): each run's `status.json` (`monitor/status.py`), and its records
 read as they are written (`RecordTail`: only the bytes added since the last look, a line counted
 once it ends with its newline), so the page's counts are the records on disk when it asked.
-A query opens in the report's own trajectory viewer (`report/viewer.py`), its data made from its
+A query opens in the report's own trajectory viewer (`reports/viewer.py`), its data made from its
 record on the spot.
 
 On 127.0.0.1 anyone on this machine may look; another address (`--host`) needs the token the

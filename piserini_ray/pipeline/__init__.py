@@ -1,6 +1,6 @@
 """One run pipeline for both engines: `prepare()` checks everything that can be checked before a
 token is paid for, then opens the run stores and lists what is left to run; an engine (local or
-Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`report/`).
+Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`reports/`).
 
 `prepare` goes in this order, so that a mistake never leaves a half-made run directory behind:
 1. preflight of every run (pricing, API key variables, data files exist): a sweep is checked
@@ -14,7 +14,7 @@ Ray) runs the todo lists; `finish()` judges, reduces and writes the reports (`re
 4. only then the run directory (created, locked, writable) and its todo list.
 
 The engines sit below this module and never import it: they receive `PreparedRun`s and the
-`Engine` protocol from `engine_contract.py`. Judging goes through the engine too
+`Engine` protocol from `engines/contract.py`. Judging goes through the engine too
 (`Engine.judge`), so a run is judged under the same limiters wherever it ran. The reports'
 modules (matplotlib, SciPy) and the model check (litellm) load when used: a Ray engine starts
 booting before they do.

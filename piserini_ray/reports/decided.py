@@ -1,7 +1,7 @@
-"""What a run of a `stop_when_decided` sweep reports (`stopping.py`): where its comparison with
-the reference was decided, on what evidence, what stopping there saved, and its accuracy with
-an interval that stays valid after a data-dependent stop (the confidence sequence's; the
-bootstrap interval beside it assumes a fixed number of queries)."""
+"""What a run of a `stop_when_decided` sweep reports (`analysis/stopping.py`): where its
+comparison with the reference was decided, on what evidence, what stopping there saved, and
+its accuracy with an interval that stays valid after a data-dependent stop (the confidence
+sequence's; the bootstrap interval beside it assumes a fixed number of queries)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The map step of a run's figures: what one query contributes (`QueryFacts`), computed from
-its record, rankings, verdict and the qrels. A leaf of `report/`: the reducers (`metrics`,
+its record, rankings, verdict and the qrels. A leaf of `reports/`: the reducers (`metrics`,
 `budget`, `paired`) all read facts, and none of them is read by it."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class QueryFacts(BaseModel):
     #: Calls cut at the budget or failed after sending: their prompts are estimated in `usage`.
     calls_usage_estimated: int = 0
     tool_calls: dict[str, int]
-    # For the budget and termination analysis (`report/budget.py`):
+    # For the budget and termination analysis (`reports/budget.py`):
     turns: int = 0
     charged_seconds: float = 0.0
     steered: bool = False

@@ -69,7 +69,7 @@ def write_html_report(
     runs: Sequence[RunMetrics], folder: Path, pareto: bool, viewer: bool = False
 ) -> Path:
     """Plots and `report.html` in `folder`; the Pareto plot when comparing runs (a sweep);
-    `viewer`: the trajectory viewer of one run (`report/viewer.py`)."""
+    `viewer`: the trajectory viewer of one run (`reports/viewer.py`)."""
     folder.mkdir(parents=True, exist_ok=True)
     plots = [
         plot_depth(runs, folder / "depth.png"),

@@ -203,7 +203,7 @@ class RunMetrics(BaseModel):
     #: `judge_cost_usd` includes.
     judge_served: ServedCost | None = None
     #: Its part in a `stop_when_decided` sweep: where its comparison was decided, what that
-    #: saved, its accuracy's confidence sequence (`report/decided.py`).
+    #: saved, its accuracy's confidence sequence (`reports/decided.py`).
     decision: DecisionFigures | None = None
     #: Per pair of judges with verdicts in the run (the primary first): agreement and kappa.
     judge_agreement: list[JudgeAgreement] = Field(default_factory=list)

@@ -1,5 +1,5 @@
 """An index folder as a list of files with their sizes and SHA-256s: what a bare node checks a
-shipped copy against (`runtime/shipping.py` moves the bytes).
+shipped copy against (`engines/ray/shipping.py` moves the bytes).
 
 The list's own hash is the index's content key: two folders with the same key hold the same
 index, byte for byte. The list is cached beside the index (`files.json`, keyed by each file's

@@ -14,7 +14,7 @@ A run directory holds:
   twice; `agent_batches.jsonl` likewise for the agent's turns, with each reply
   (`store/ledgers.py`: `JudgeBatchLedger`, `TurnLedger`);
 - the reports (`summary.json`, `report.md`, `report.html`, plots, `epochs.*`, ...), written by
-  `report/` through the store's one report writer, `store/report_files.py`;
+  `reports/` through the store's one report writer, `store/report_files.py`;
 - `status.json`, the run's live status, and `stop.request` while a stop is asked for, written
   through the same writer by `monitor/` (told of each record and verdict: `RunStore.listeners`).
 

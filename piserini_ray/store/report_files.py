@@ -1,7 +1,7 @@
 """The one writer of the report files a run directory (or a report folder) holds beside its
 records: `summary.json`, `report.md`, `report.html` and its plots, `epochs.json` / `epochs.md`,
 the evidence ranks, the trajectory viewer's files, `imported.json`, `estimate.json`, exports,
-leaderboards and BM25 grids. Every module of `report/` writes through here, never by itself.
+leaderboards and BM25 grids. Every module of `reports/` writes through here, never by itself.
 
 A file is written whole or not at all (a temporary file beside it, renamed over it), so a report
 read while it is being rewritten is the old one or the new one; text passes the one scrubber

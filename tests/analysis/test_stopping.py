@@ -1,5 +1,5 @@
-"""`stopping.py`: the decisions of a `stop_when_decided` sweep as the verdicts come, checked
-against an independent computation (`metrics.sequential.paired_sequential_test` over the
+"""`analysis/stopping.py`: the decisions of a `stop_when_decided` sweep as the verdicts come,
+checked against an independent computation (`metrics.sequential.paired_sequential_test` over the
 outcomes in the shared order), whatever order the verdicts arrive in; the rules (the
 reference stops last, `extend` stops nothing, a query that runs again is no outcome); and the
 sweep file's errors."""

@@ -304,7 +304,8 @@ def test_power_sizes_a_run_from_a_pilot(capsys, finished_run: tuple[Path, object
 
 def test_the_cli_writes_no_file_itself_and_no_module_of_it_is_over_700_lines() -> None:
     """The command line parses, calls and prints: every file it leaves is written by the store
-    or a named writer (`report/writers.py`, `formats/exporter.py`), never by `piserini_ray/cli/`."""
+    or a named writer (`reports/writers.py`, `formats/exporter.py`), never by
+    `piserini_ray/cli/`."""
     import re
 
     import piserini_ray.cli

@@ -148,7 +148,7 @@ def test_starting_ray_after_the_jvm_leaves_the_jvm_its_sigsegv_handler() -> None
     # ray.init turns faulthandler on in the driver. In front of a running JVM it re-raised the
     # JVM's own SIGSEGVs (implicit null checks) as foreign ones: the JVM aborted the process at
     # random, mid-session (hs_err: "SIGSEGV (sent by kill)" in Lucene code). The run's own start
-    # (runtime/ray_env.py) gives SIGSEGV back to the JVM; a bare ray.init shows the trap.
+    # (engines/ray/ray_env.py) gives SIGSEGV back to the JVM; a bare ray.init shows the trap.
     out = subprocess.run(
         [
             sys.executable,

@@ -2,7 +2,7 @@
 
 Nothing below this package imports Ray; everything here is a thin shell around the plain
 modules (tools, agent, llm, store), so those stay testable without a cluster. The runtime never
-imports the pipeline: the pipeline hands it `PreparedRun`s (`engine_contract.py`). The modules
+imports the pipeline: the pipeline hands it `PreparedRun`s (`engines/contract.py`). The modules
 behind `RayEngine` load on first use: every Ray worker process imports this package, and the driver
 starts Ray before it imports them (seconds).
 """
@@ -40,8 +40,8 @@ def ensure_ray(config: RunConfig, log: Callable[[str], None]) -> None:
 
 class RayEngine:
     """The Ray engine: searcher replicas on the configured cluster (or a local Ray), fed by the
-    driver's scheduler (`runtime/scheduler.py`); judging from the driver under the judge's
-    cluster-wide limiter (`runtime/judging.py`).
+    driver's scheduler (`engines/ray/scheduler.py`); judging from the driver under the judge's
+    cluster-wide limiter (`engines/ray/judging.py`).
 
     `start` brings Ray and the replicas up on a background thread while `prepare` checks the
     data (a local Ray and a replica take seconds each to boot); `run` waits for them. With

@@ -1,5 +1,5 @@
 """The shipped Grafana dashboard (`configs/grafana/piserini-ray.json`) charts the metrics the
-driver exports (`runtime/metrics.py`), every one of them, and no name it does not export."""
+driver exports (`engines/ray/metrics.py`), every one of them, and no name it does not export."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Judging beside the queries (`runtime/judge_alongside.py`): on the Ray engine, `run` judges
+"""Judging beside the queries (`engines/ray/judge_alongside.py`): on the Ray engine, `run` judges
 each answer as its record is written, while the other queries still wait on the model; every
 answer ends with exactly one verdict."""
 

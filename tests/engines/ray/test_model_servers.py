@@ -1,4 +1,4 @@
-"""Models the run serves on the Ray engine (`runtime/model_servers.py`): the servers are actors
+"""Models the run serves on the Ray engine (`engines/ray/model_servers.py`): the servers are actors
 placed by their resources, each running the engine's server on its node's address; each query
 keeps one server for its every turn; the servers stop with the run and its cost counts their
 hours. Real: llama-cpp-python's server with Gemma 3 270M (`make serving`), on a local Ray of

@@ -1,4 +1,4 @@
-"""Starting Ray in the background and letting it go (`runtime/ray_env.py`), each in a fresh
+"""Starting Ray in the background and letting it go (`engines/ray/ray_env.py`), each in a fresh
 process: these tests start and end Ray instances of their own."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Actors that cannot start are clear errors, and a slow start says what it waits for
-(`runtime/readiness.py`): never a silent hang. Real actors on a local Ray of this module's own
+(`engines/ray/readiness.py`): never a silent hang. Real actors on a local Ray of this module's own
 (2 CPUs, no GPU)."""
 
 from __future__ import annotations
