@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.offline import (
     BatchConfig,
@@ -220,10 +221,14 @@ def test_the_openai_sdk_drives_the_emulator() -> None:
             completion_window="24h",
             metadata={"run": "test"},
         )
-        deadline = time.monotonic() + 30
-        while batch.status not in ("completed", "failed") and time.monotonic() < deadline:
-            time.sleep(0.02)
-            batch = client.batches.retrieve(batch.id)
+        batch_id = batch.id
+
+        def ended() -> bool:
+            nonlocal batch
+            batch = client.batches.retrieve(batch_id)
+            return batch.status in ("completed", "failed")
+
+        wait_for("the batch to end", ended, 30)
         assert batch.status == "completed" and batch.metadata == {"run": "test"}
         assert batch.request_counts is not None and batch.request_counts.completed == 2
         assert batch.output_file_id is not None
