@@ -140,6 +140,6 @@ def test_the_reports_modules_load_beside_the_queries_and_a_failed_import_waits_f
         "assert 'piserini_ray.reports.html' not in sys.modules\n"
         "_load_meanwhile((*AFTER_THE_QUERIES, 'piserini_ray.no_such_module')).join()\n"
         "import piserini_ray\n"
-        "print('piserini_ray.reports.html' in sys.modules, callable(piserini_ray.reports))\n"
+        "print('piserini_ray.reports.html' in sys.modules, callable(piserini_ray.report))\n"
     )
     assert fresh_python(script).split() == ["True", "True"]
