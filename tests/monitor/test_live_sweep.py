@@ -179,8 +179,13 @@ def test_a_sweep_watched_live_and_one_run_stopped(
         message = "document.getElementById('message').textContent"
         wait_for("the stop's answer", lambda: "stop requested" in browser.evaluate(message))
         wait_for("the run stopped", lambda: _state(stopped) == "stopped")
-        cut = [r for r in _records(stopped) if r["termination"] == "stopped"]
-        assert cut and all(r["status"] == "failed" and r["retryable"] for r in cut)
+
+        def cut() -> list[dict]:
+            return [r for r in _records(stopped) if r["termination"] == "stopped"]
+
+        # Its queries in flight end as they are cut: each comes back as a record.
+        wait_for("the stopped run's queries in flight recorded as cut", lambda: bool(cut()))
+        assert all(r["status"] == "failed" and r["retryable"] for r in cut())
         assert _bytes(other)[: len(before_other)] == before_other
         provider.release()
         _, stderr = driver.communicate(timeout=600)
