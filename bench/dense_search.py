@@ -146,7 +146,7 @@ def ray_memory(config: RunConfig) -> list[str]:
     """A BM25 replica, a dense replica and the node's encoder actor, each once ready."""
     import ray
 
-    from piserini_ray.engines.ray.encoders import start_node_encoders
+    from piserini_ray.engines.ray.encoder_actors import start_node_encoders
     from piserini_ray.engines.ray.ray_env import start_ray
     from piserini_ray.engines.ray.worker import SearchWorker
 

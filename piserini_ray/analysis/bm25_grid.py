@@ -1,7 +1,7 @@
 """BM25 tuning and the no-LLM retrieval baseline: each query's raw question, searched at depth
 1000, scored against evidence and gold qrels (the paper's Figure 3 grid, plus more objectives).
 
-Plain functions over a searcher; `engines/ray/tuning.py` fans the grid's cells out to replicas.
+Plain functions over a searcher; `engines/ray/bm25_grid.py` fans the grid's cells out to replicas.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from piserini_ray.errors import ConfigError
 if TYPE_CHECKING:
     from piserini_ray.engines.contract import Log
     from piserini_ray.records import QueryRecord
+    from piserini_ray.reports.comparison import PairedComparison, PilotPower
     from piserini_ray.reports.leaderboard import Leaderboard
-    from piserini_ray.reports.paired import PairedComparison, PilotPower
 
 
 @dataclass
@@ -73,7 +73,7 @@ def compare(
         ```
     """
     from piserini_ray import pipeline
-    from piserini_ray.reports.paired import paired_markdown
+    from piserini_ray.reports.comparison import paired_markdown
 
     comparisons = pipeline.compare(
         Path(reference), [Path(d) for d in others], log or stderr_log, seed
@@ -212,7 +212,7 @@ def power(
         ```
     """
     from piserini_ray import pipeline
-    from piserini_ray.reports.paired import EFFECTS, pilot_power, power_markdown
+    from piserini_ray.reports.comparison import EFFECTS, pilot_power, power_markdown
 
     sizes = list(effects) or list(EFFECTS)
     if any(not 0 < e <= 1 for e in sizes) or not (discordance is None or 0 < discordance <= 1):

@@ -281,13 +281,13 @@ def tune_bm25(
     """
     from piserini_ray.analysis.bm25_grid import DEFAULT_B, DEFAULT_K1, OBJECTIVES
     from piserini_ray.engines.ray import ensure_ray
-    from piserini_ray.reports.tuning import write_grid_outputs
+    from piserini_ray.reports.bm25_grid import write_grid_outputs
 
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}")
     say = log or stderr_log
     ensure_ray(config, say)
-    from piserini_ray.engines.ray.tuning import tune_on_ray
+    from piserini_ray.engines.ray.bm25_grid import tune_on_ray
 
     folder = Path(out) if out is not None else None
     folder = folder or (
@@ -415,7 +415,7 @@ def _floor(config: RunConfig, backends: list[str], log: Log) -> RetrievalEval:
     from piserini_ray.analysis.bm25_grid import evaluate_backends
     from piserini_ray.data import load_benchmark
     from piserini_ray.pipeline import index_for
-    from piserini_ray.reports.tuning import backends_table
+    from piserini_ray.reports.bm25_grid import backends_table
 
     benchmark = load_benchmark(config.benchmark)
     index = index_for(config, benchmark, log, dense=any(b != "bm25" for b in backends))

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from piserini_ray.config.base import StrictModel
-from piserini_ray.config.secrets import ROUTE_FIX, key_shaped, route_setting
+from piserini_ray.config.secret_rules import ROUTE_FIX, key_shaped, route_setting
 from piserini_ray.config.serving import ROUTES, ServeConfig
 
 OFFLINE_PREFIX = "offline/"

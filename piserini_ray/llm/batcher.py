@@ -25,7 +25,7 @@ import orjson
 
 from piserini_ray.llm.batches import BatchRequest, ProviderBatches, split
 from piserini_ray.llm.failures import Failure, FailureKind, RetryError
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.scrubber import scrub
 
 Log = Callable[[str], None]
 

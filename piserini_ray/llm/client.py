@@ -32,7 +32,7 @@ from piserini_ray.llm.failures import Failure, FailureKind, RetryError
 from piserini_ray.llm.provider_errors import note_reply_body
 from piserini_ray.llm.retry import retrying
 from piserini_ray.llm.routes import route_facts, route_provider
-from piserini_ray.llm.secrets import hold, scrub
+from piserini_ray.llm.scrubber import hold, scrub
 from piserini_ray.llm.usage import (
     ReportedPrompts,
     character_estimate,

@@ -2,7 +2,7 @@
 (`openai`, `anthropic`, `deepseek`, `azure`, `bedrock`, ...), and the environment variables a
 call on it reads for its credentials and endpoint (`route_facts`), which of them are secret and
 which litellm parameter carries each value. The check before spending (`preflight.py`), the
-keys the driver hands to its replicas and the scrubber (`llm/secrets.py`) and the client's
+keys the driver hands to its replicas and the scrubber (`llm/scrubber.py`) and the client's
 call (`llm/client.py`) all ask here.
 
 The driver asks this of every model a run serves on its loopback (`endpoints.py`) and of every
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from piserini_ray.config import ModelConfig
-from piserini_ray.config.secrets import SECRET_NAME
+from piserini_ray.config.secret_rules import SECRET_NAME
 
 #: Route prefixes litellm takes as the provider itself, unless a proxy is forced on every call
 #: (`USE_LITELLM_PROXY`, litellm's `should_use_litellm_proxy_by_default`).

@@ -16,7 +16,7 @@ holds exactly what the record holds:
 
 A span waits for its query's verdict (judged as the answers come, on Ray) and goes out with it;
 what has none when the execution ends goes out without. Every attribute passes the one
-scrubber (`llm/secrets.py`); no prompt, answer or tool output is sent. A collector that is down
+scrubber (`llm/scrubber.py`); no prompt, answer or tool output is sent. A collector that is down
 costs the run nothing: spans go out from a thread of their own, and the first batch it refuses
 is said once ("traces are dropped").
 """
@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from piserini_ray.config import RunConfig
-from piserini_ray.llm.secrets import scrubber
+from piserini_ray.llm.scrubber import scrubber
 from piserini_ray.metrics.cost import Price
 from piserini_ray.records import Judgement, QueryRecord, Turn, Usage
 

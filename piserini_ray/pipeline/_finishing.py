@@ -186,7 +186,7 @@ def report_runs(
         folder.mkdir(parents=True, exist_ok=True)
         table = report.table
         if reference is not None:
-            from piserini_ray.reports.paired import paired_markdown
+            from piserini_ray.reports.comparison import paired_markdown
 
             others = [Path(d) for _, d in runs if Path(d).absolute() != reference.absolute()]
             report.paired = paired_markdown(compare(reference, others, log))

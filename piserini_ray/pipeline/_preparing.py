@@ -215,7 +215,7 @@ def ensure_dense_index(index: Path, retrieval: RetrievalConfig, log: Log) -> Pat
     """The dense index beside a Lucene index, built if missing: on encoder actors when Ray is
     up (`piserini-ray index --backend dense` starts it), else in this process. (Encoder actors
     start only if a shard is missing.)"""
-    from piserini_ray.engines.ray.encoders import shard_encoder_if_ray
+    from piserini_ray.engines.ray.encoder_actors import shard_encoder_if_ray
     from piserini_ray.retrieval.dense_index import build_dense_index
 
     encode = shard_encoder_if_ray(retrieval.dense, log)

@@ -16,9 +16,9 @@ from piserini_ray.records import Judgement, QueryRecord
 from piserini_ray.store import RunStore, manifest_config, read_served
 
 if TYPE_CHECKING:
+    from piserini_ray.reports.comparison import PairedComparison, RunFacts
     from piserini_ray.reports.decided import DecisionFigures
     from piserini_ray.reports.facts import QueryFacts
-    from piserini_ray.reports.paired import PairedComparison, RunFacts
     from piserini_ray.reports.run_metrics import RunMetrics
     from piserini_ray.reports.viewer import ViewerWriter
 
@@ -28,7 +28,7 @@ def compare(
 ) -> list[PairedComparison]:
     """Paired comparisons of each run against `reference` over the queries they share, from
     each run's own judge's verdicts (nothing is called)."""
-    from piserini_ray.reports.paired import compare_runs
+    from piserini_ray.reports.comparison import compare_runs
 
     base = run_facts(reference, log)
     return [compare_runs(base, run_facts(d, log), seed) for d in others]
@@ -89,7 +89,7 @@ def _read_run(run_dir: Path, log: Log) -> tuple[RunConfig, dict[str, Judgement],
         facts = run_record_facts(store, benchmark, wanted, judgements)
         directory = str(store.run_dir)
     price = pricing_for(config).model_price(config.model)
-    from piserini_ray.reports.paired import RunFacts
+    from piserini_ray.reports.comparison import RunFacts
 
     return (
         config,

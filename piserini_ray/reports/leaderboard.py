@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from piserini_ray.metrics.paired import holm
 from piserini_ray.metrics.power import ALPHA
+from piserini_ray.reports.comparison import RunFacts, compare_runs
 from piserini_ray.reports.decided import decision_text
-from piserini_ray.reports.paired import RunFacts, compare_runs
 from piserini_ray.reports.run_metrics import Estimate, RunMetrics
 from piserini_ray.store.report_files import write_report_file
 

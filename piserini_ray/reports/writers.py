@@ -17,7 +17,7 @@ from piserini_ray.analysis.estimate import Estimate
 from piserini_ray.config import RetrievalConfig
 from piserini_ray.formats.peer_writers import write_trec
 from piserini_ray.records import QueryRecord
-from piserini_ray.reports.paired import PairedComparison
+from piserini_ray.reports.comparison import PairedComparison
 from piserini_ray.store.report_files import write_report_file
 
 

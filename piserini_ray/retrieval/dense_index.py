@@ -10,7 +10,7 @@ The build encodes shard by shard (`retrieval.dense.shard_size` documents each) i
 `.dense-{key}.building/shards/NNNNN.npy`, each written whole (temp file, then rename), so an
 interrupted build resumes at the first missing shard; the index is assembled once every shard
 is there, and the folder renamed complete. Who encodes a shard is pluggable: this process
-(`local_shard_encoder`) or encoder actors on Ray (`engines/ray/encoders.py`).
+(`local_shard_encoder`) or encoder actors on Ray (`engines/ray/encoder_actors.py`).
 
 A prebuilt index (`retrieval.dense.prebuilt_index`, e.g. one BrowseComp-Plus publishes) is
 opened in place; its docids are mapped onto the docstore's ordinals.

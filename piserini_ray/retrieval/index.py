@@ -25,7 +25,7 @@ import orjson
 from pydantic import BaseModel
 
 from piserini_ray.config import RetrievalConfig
-from piserini_ray.config.secrets import SECRET_NAME
+from piserini_ray.config.secret_rules import SECRET_NAME
 from piserini_ray.data.benchmark import Corpus
 from piserini_ray.errors import IndexBuildError
 from piserini_ray.retrieval.docstore import DocstoreWriter

@@ -1,6 +1,6 @@
 """The crash-safe JSONL file every record, verdict and ledger of a run goes through.
 
-An append is one line, scrubbed (`llm/secrets.py`), flushed and fsync'd before it returns;
+An append is one line, scrubbed (`llm/scrubber.py`), flushed and fsync'd before it returns;
 opening a file repairs a torn tail (a crash mid-write) by reporting and cutting it off, so the
 next append never glues onto half a line; a damaged line that is not the last stops with a
 message naming the file and line. `rewrite_without` takes queries' lines out atomically.
@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from piserini_ray.errors import PiseriniRayError
-from piserini_ray.llm.secrets import scrub_bytes
+from piserini_ray.llm.scrubber import scrub_bytes
 
 
 class RunStoreError(PiseriniRayError):
@@ -80,7 +80,7 @@ class JsonlFile:
     def append(self, data: Any) -> None:
         """Append one JSON line and make it durable before returning."""
         self._repair()
-        # Every line of every run file passes the one scrubber (`llm/secrets.py`).
+        # Every line of every run file passes the one scrubber (`llm/scrubber.py`).
         line = scrub_bytes(orjson.dumps(data)) + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as f:

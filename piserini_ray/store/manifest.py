@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from piserini_ray.config import RunConfig
 from piserini_ray.errors import ConfigError
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.scrubber import scrub
 from piserini_ray.records import RunManifest, now_iso
 from piserini_ray.store.jsonl import Log, RunStoreError
 
@@ -122,7 +122,7 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> RunManifest:
     path = run_dir / "manifest.json"
     tmp = path.with_suffix(".tmp")
     # Configs refuse key-shaped values; any secret of this environment is scrubbed all the
-    # same, with the rule that scrubs errors (`llm/secrets.py`).
+    # same, with the rule that scrubs errors (`llm/scrubber.py`).
     text = orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
     tmp.write_bytes(scrub(text.decode()).encode())
     os.replace(tmp, path)

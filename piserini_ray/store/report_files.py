@@ -5,7 +5,7 @@ leaderboards and BM25 grids. Every module of `reports/` writes through here, nev
 
 A file is written whole or not at all (a temporary file beside it, renamed over it), so a report
 read while it is being rewritten is the old one or the new one; text passes the one scrubber
-(`llm/secrets.py`) like every line of the run's records. No fsync: a report is made again from
+(`llm/scrubber.py`) like every line of the run's records. No fsync: a report is made again from
 the records, which are durable (`store/jsonl.py`).
 """
 
@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from piserini_ray.llm.secrets import scrub, scrub_bytes
+from piserini_ray.llm.scrubber import scrub, scrub_bytes
 
 
 def write_report_file(path: Path, content: str | bytes, binary: bool = False) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from piserini_ray.config import RunConfig
-from piserini_ray.llm.secrets import scrub
+from piserini_ray.llm.scrubber import scrub
 from piserini_ray.records import Judgement, QueryRecord, RankingLog, ServedTime, Usage
 from piserini_ray.store.jsonl import JsonlFile, Log, RunStoreError, rewrite_without
 from piserini_ray.store.ledgers import JudgeBatchLedger

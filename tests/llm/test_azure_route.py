@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from piserini_ray.config import ModelConfig, RetryConfig
 from piserini_ray.llm.client import LLMClient
 from piserini_ray.llm.routes import route_facts
-from piserini_ray.llm.secrets import driver_keys, scrub
+from piserini_ray.llm.scrubber import driver_keys, scrub
 from piserini_ray.offline import OfflineConfig, OfflineProvider
 
 

@@ -1,5 +1,5 @@
 """Keys go only to their model's endpoint: `model.extra` may not name another endpoint, other
-credentials, headers, a proxy, a client or a callback (`config/secrets.py`)."""
+credentials, headers, a proxy, a client or a callback (`config/secret_rules.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from echo_provider import EchoProvider
 
 from piserini_ray.config import load_config
-from piserini_ray.config.secrets import route_setting
+from piserini_ray.config.secret_rules import route_setting
 from piserini_ray.errors import ConfigError
 
 

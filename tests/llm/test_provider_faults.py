@@ -114,7 +114,7 @@ def test_a_call_too_large_for_the_quota_is_refused_before_it_is_sent(provider) -
 
 
 def test_scrub_covers_every_secret_variable(monkeypatch) -> None:
-    from piserini_ray.llm.secrets import scrub
+    from piserini_ray.llm.scrubber import scrub
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-0123456789abcdef")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-0123456789")

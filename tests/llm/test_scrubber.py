@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from echo_provider import EchoProvider
 
-from piserini_ray.llm.secrets import MASK, guard_output, hold, scrub, scrub_bytes
+from piserini_ray.llm.scrubber import MASK, guard_output, hold, scrub, scrub_bytes
 
 
 def _config(tmp_path: Path, base: str, tier: str = "standard") -> Path:
@@ -105,8 +105,8 @@ def test_a_held_value_is_scrubbed_whatever_its_variable_is_called() -> None:
 
 
 def test_one_secret_name_rule_for_configs_and_the_scrubber() -> None:
-    from piserini_ray.config import secrets as config_secrets
-    from piserini_ray.llm import secrets as llm_secrets
+    from piserini_ray.config import secret_rules as config_secrets
+    from piserini_ray.llm import scrubber as llm_secrets
 
     assert llm_secrets.SECRET_NAME is config_secrets.SECRET_NAME
 

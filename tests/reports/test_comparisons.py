@@ -8,8 +8,8 @@ from piserini_ray.metrics.cost import Price
 from piserini_ray.metrics.paired import cohens_kappa
 from piserini_ray.records import Judgement, Usage
 from piserini_ray.reports.agreement import agreement_markdown, judge_agreement
+from piserini_ray.reports.comparison import RunFacts, compare_runs, paired_markdown
 from piserini_ray.reports.facts import QueryFacts
-from piserini_ray.reports.paired import RunFacts, compare_runs, paired_markdown
 
 
 def _facts(query_id: str, correct: bool | None, hits: int = 1, tokens: int = 1000) -> QueryFacts:
@@ -137,7 +137,7 @@ def test_compare_prints_the_power_of_the_comparison() -> None:
 
 def test_pilot_power_assumes_independent_runs_unless_told() -> None:
     from piserini_ray.metrics.power import queries_needed
-    from piserini_ray.reports.paired import pilot_power, power_markdown
+    from piserini_ray.reports.comparison import pilot_power, power_markdown
 
     facts = [_facts(f"q{i}", i % 4 != 0) for i in range(40)] + [_facts("q40", None)]
     pilot = pilot_power(_run("P", facts), [0.02, 0.05])

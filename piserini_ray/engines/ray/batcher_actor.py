@@ -15,7 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from piserini_ray.config import RunConfig
 from piserini_ray.llm.batcher import TurnBatcher
 from piserini_ray.llm.batches import batches_for
-from piserini_ray.llm.secrets import hold
+from piserini_ray.llm.scrubber import hold
 from piserini_ray.store import TurnLedger
 
 #: Turns one batcher holds at once: every query in flight on every replica waits in it.

@@ -37,7 +37,7 @@ from piserini_ray.engines.ray.replicas import ReplicaGroup, Replicas, SchedulerE
 from piserini_ray.engines.ray.worker import QueryJob
 from piserini_ray.errors import ConfigError, ProviderRefused
 from piserini_ray.llm.limiter import quota_key
-from piserini_ray.llm.secrets import driver_keys, scrub
+from piserini_ray.llm.scrubber import driver_keys, scrub
 from piserini_ray.progress import Progress
 from piserini_ray.records import QueryRecord, Usage, now_iso
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from piserini_ray.llm.secrets import hold
+from piserini_ray.llm.scrubber import hold
 
 #: Headers that describe one hop of HTTP, not the message: each side sets its own.
 _HOP_BY_HOP = {

@@ -21,7 +21,7 @@ from ray.exceptions import (
 from piserini_ray.config import RunConfig
 from piserini_ray.data import load_benchmark
 from piserini_ray.engines.ray.driver_services import RayLimiters, driver_services
-from piserini_ray.engines.ray.encoders import start_node_encoders
+from piserini_ray.engines.ray.encoder_actors import start_node_encoders
 from piserini_ray.engines.ray.identity import code_identity
 from piserini_ray.engines.ray.limiter_actor import RemoteLimiter
 from piserini_ray.engines.ray.ray_env import cluster_can_grow, start_ray

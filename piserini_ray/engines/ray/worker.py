@@ -41,7 +41,7 @@ from piserini_ray.config import (
 from piserini_ray.data import Query, load_benchmark
 from piserini_ray.engines.ray.background import on_thread
 from piserini_ray.engines.ray.driver_services import RayLimiters, driver_services
-from piserini_ray.engines.ray.encoders import RemoteQueryEncoder
+from piserini_ray.engines.ray.encoder_actors import RemoteQueryEncoder
 from piserini_ray.engines.ray.identity import code_identity
 from piserini_ray.engines.ray.limiter_actor import RemoteLimiter
 from piserini_ray.engines.ray.relay import Relay

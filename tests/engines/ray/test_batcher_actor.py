@@ -18,7 +18,7 @@ from echo_provider import EchoProvider
 
 from piserini_ray.engines.ray.batcher_actor import BatcherActor
 from piserini_ray.llm.failures import RetryError
-from piserini_ray.llm.secrets import MASK
+from piserini_ray.llm.scrubber import MASK
 
 Actor = BatcherActor.__ray_actor_class__  # type: ignore[attr-defined]
 

@@ -15,7 +15,7 @@ from helpers import wait_for
 
 from piserini_ray.config import DenseConfig, load_config
 from piserini_ray.engines.ray import readiness
-from piserini_ray.engines.ray.encoders import ray_shard_encoder, start_node_encoders
+from piserini_ray.engines.ray.encoder_actors import ray_shard_encoder, start_node_encoders
 from piserini_ray.engines.ray.readiness import StartupError, wait_until_up
 from piserini_ray.engines.ray.replicas import Replicas
 from piserini_ray.pipeline import run_on_ray

@@ -207,8 +207,8 @@ def test_bm25_grid_on_ray_is_complete_correct_and_resumable(
     import matplotlib.image
 
     from piserini_ray.analysis.bm25_grid import best_cell
-    from piserini_ray.engines.ray.tuning import tune_on_ray
-    from piserini_ray.reports.tuning import write_grid_outputs
+    from piserini_ray.engines.ray.bm25_grid import tune_on_ray
+    from piserini_ray.reports.bm25_grid import write_grid_outputs
 
     config = _config(index_root, **{"slice.sample": 20, "slice.seed": 1})
     logs: list[str] = []

@@ -1,7 +1,7 @@
 """What a config may not hold: key values, and settings that move a model's key elsewhere.
 
 The one owner of the secret-name rule (`SECRET_NAME`): configs refuse settings so named, and
-the scrubber (`llm/secrets.py`) removes the values of environment variables so named.
+the scrubber (`llm/scrubber.py`) removes the values of environment variables so named.
 
 `model.extra` is passed to litellm as it is, after the project's own parameters, so a setting
 there wins over them. A key is chosen for the model's own endpoint (`model.api_base`,

@@ -4,7 +4,7 @@ line, a progress line or an error message.
 It works by VALUE. Every key this process holds is registered here (`hold`) the moment it is
 read or handed over: the key a model's `api_key_env` names (whatever the variable is called),
 the keys the driver hands to replicas, the key a batcher is given. Beside those, the value of
-every environment variable whose name marks a secret (`config.secrets.SECRET_NAME`: litellm
+every environment variable whose name marks a secret (`config.secret_rules.SECRET_NAME`: litellm
 reads `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ... on its own when `api_key_env` is not set).
 
 Where it is applied: the store's one JSONL writer (`store.JsonlFile`: records, judgements,
@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from pydantic import SecretStr
 
 from piserini_ray.config import ModelConfig
-from piserini_ray.config.secrets import SECRET_NAME
+from piserini_ray.config.secret_rules import SECRET_NAME
 from piserini_ray.llm.routes import route_facts
 
 #: Shorter values are not keys (flags like "1" or "true") and replacing them would mangle text.

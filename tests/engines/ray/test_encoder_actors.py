@@ -42,7 +42,7 @@ def two_nodes():
 def test_concurrent_query_encodings_are_batched(two_nodes) -> None:
     import ray
 
-    from piserini_ray.engines.ray.encoders import EncoderActor
+    from piserini_ray.engines.ray.encoder_actors import EncoderActor
 
     dense = DenseConfig(batch_wait=0.5)
     actor = EncoderActor.remote(dense)
@@ -55,7 +55,7 @@ def test_concurrent_query_encodings_are_batched(two_nodes) -> None:
 
 def test_two_encoder_actors_on_two_nodes_build_the_dense_index(two_nodes, small_corpus, tmp_path):
     from piserini_ray.data.loaders import jsonl_corpus
-    from piserini_ray.engines.ray.encoders import ray_shard_encoder
+    from piserini_ray.engines.ray.encoder_actors import ray_shard_encoder
     from piserini_ray.retrieval import build_index
     from piserini_ray.retrieval.dense_index import DenseIndex, build_dense_index
     from piserini_ray.retrieval.docstore import Docstore
