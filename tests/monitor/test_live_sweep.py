@@ -180,12 +180,13 @@ def test_a_sweep_watched_live_and_one_run_stopped(
         wait_for("the stop's answer", lambda: "stop requested" in browser.evaluate(message))
         wait_for("the run stopped", lambda: _state(stopped) == "stopped")
 
-        def cut() -> list[dict]:
+        def cut_records() -> list[dict]:
             return [r for r in _records(stopped) if r["termination"] == "stopped"]
 
         # Its queries in flight end as they are cut: each comes back as a record.
-        wait_for("the stopped run's queries in flight recorded as cut", lambda: bool(cut()))
-        assert all(r["status"] == "failed" and r["retryable"] for r in cut())
+        wait_for("the stopped run's queries in flight recorded as cut", lambda: bool(cut_records()))
+        cut = cut_records()
+        assert all(r["status"] == "failed" and r["retryable"] for r in cut)
         assert _bytes(other)[: len(before_other)] == before_other
         provider.release()
         _, stderr = driver.communicate(timeout=600)
