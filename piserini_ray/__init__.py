@@ -96,9 +96,9 @@ if TYPE_CHECKING:
     from piserini_ray.config import RunConfig
     from piserini_ray.engines.contract import RunSummary
     from piserini_ray.errors import ConfigError, DataError, PiseriniRayError
-    from piserini_ray.pipeline import Report
     from piserini_ray.records import Judgement, QueryRecord, RunManifest
     from piserini_ray.reports.epochs import EpochsReport
+    from piserini_ray.reports.report import Report
     from piserini_ray.reports.run_metrics import RunMetrics
 
 #: Each public name and the module that defines it (loaded on first use).
@@ -145,7 +145,7 @@ _WHERE = {
     "RunManifest": "piserini_ray.records",
     "RunSummary": "piserini_ray.engines.contract",
     "RunMetrics": "piserini_ray.reports.run_metrics",
-    "Report": "piserini_ray.pipeline",
+    "Report": "piserini_ray.reports.report",
     "EpochsReport": "piserini_ray.reports.epochs",
     "PiseriniRayError": "piserini_ray.errors",
     "ConfigError": "piserini_ray.errors",

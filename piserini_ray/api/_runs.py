@@ -16,7 +16,7 @@ from piserini_ray.errors import ConfigError
 if TYPE_CHECKING:
     from piserini_ray.analysis.estimate import Estimate
     from piserini_ray.engines.contract import Log, RunSummary
-    from piserini_ray.pipeline import Report
+    from piserini_ray.reports.report import Report
 
 
 def load_config(

@@ -18,6 +18,10 @@ The engines sit below this module and never import it: they receive `PreparedRun
 (`Engine.judge`), so a run is judged under the same limiters wherever it ran. The reports'
 modules (matplotlib, SciPy) and the model check (litellm) load when used: a Ray engine starts
 booting before they do.
+
+Its parts, one private module per step: `_preparing` (steps 1-4 and the engine by name),
+`_running` (an engine over the prepared runs, a sweep's decisions), `_finishing` (judging, the
+reduce, the reports) and `_reading` (finished runs read back for the analyses).
 """
 
 from __future__ import annotations
