@@ -92,8 +92,6 @@ from pathlib import Path
 import piserini_ray
 
 VENV_BIN = Path(sys.executable).parent
-#: The checkout: the test kit's home (`piserini_ray_testkit/`).
-REPOSITORY = Path(__file__).resolve().parents[1]
 #: The virtual environment, and the package it imports (an editable install points at the
 #: checkout): what a real node has installed, so host 2 sees them wherever they are.
 VENV = Path(sys.prefix)
@@ -308,13 +306,9 @@ class TwoHosts:
         return self.host1.netns, self.host2.netns
 
     def host1_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Host 1's environment (the test's, `head_env`, Ray's switches), plus `env`. Its
-        drivers import the test kit from the checkout (`REPOSITORY`), as pytest does: no wheel
-        ships it."""
+        """Host 1's environment (the test's, `head_env`, Ray's switches), plus `env`."""
         base = {k: v for k, v in os.environ.items() if k not in DROPPED}
-        kit = os.pathsep.join(filter(None, [str(REPOSITORY), base.get("PYTHONPATH", "")]))
         return base | RAY_SWITCHES | {
-            "PYTHONPATH": kit,
             "PISERINI_RAY_HOME": str(self.piserini_home[0]),
             "RAY_AUTH_TOKEN_PATH": str(self.token_files[0]),
         } | {**self.head_env, **(env or {})}  # fmt: skip
@@ -519,10 +513,13 @@ class TwoHosts:
     def popen(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
     ) -> subprocess.Popen[str]:
-        """`argv` started in host 1 (stdout and stderr piped, text)."""
+        """`argv` started in host 1 (stdout and stderr piped, text). A driver imports the test
+        kit from the checkout, as pytest does (no wheel ships it); host 1's Ray node does not."""
+        base = self.host1_env(env)
+        kit = os.pathsep.join(filter(None, [str(PACKAGE.parent), base.get("PYTHONPATH", "")]))
         return subprocess.Popen(
             ["ip", "netns", "exec", self.host1.netns, *argv],
-            env=self.host1_env(env), cwd=cwd or self.host1.dir, stdin=subprocess.DEVNULL,
+            env=base | {"PYTHONPATH": kit}, cwd=cwd or self.host1.dir, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
