@@ -9,12 +9,19 @@ import time
 from collections.abc import Callable
 
 
-def wait_for(what: str, condition: Callable[[], bool], deadline_s: float = 300) -> None:
-    """Wait for a state, not a duration (the deadline only turns a hang into a failure)."""
+def wait_for(
+    what: str,
+    condition: Callable[[], bool],
+    deadline_s: float = 300,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Wait for a state, not a duration (the deadline only turns a hang into a failure);
+    `explain` adds what the failure's message should show of the state seen last."""
     end = time.monotonic() + deadline_s
     while not condition():
         if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
+            seen = f":\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(0.2)
 
 

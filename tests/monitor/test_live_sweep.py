@@ -65,6 +65,21 @@ def _running(runs: list[Path]) -> int:
     return sum(s.status.running for d in runs if (s := read_status(d)) is not None)
 
 
+def _statuses(runs: list[Path]) -> str:
+    """Each run's state, queries in flight and records, for a failure's message."""
+    seen = {d.name: read_status(d) for d in runs}
+    return "".join(
+        f"{name}: {v.state}, {v.status.running} in flight, {v.status.recorded}\n"
+        if v is not None
+        else f"{name}: no status\n"
+        for name, v in seen.items()
+    )
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+
+
 def _status_matches_disk(run_dir: Path) -> bool:
     seen = read_status(run_dir)
     return seen is not None and Counter(seen.status.recorded) == _on_disk(run_dir)
@@ -114,14 +129,16 @@ def test_a_sweep_watched_live_and_one_run_stopped(
     root = tmp_path / "runs"
     env = {**os.environ, "PISERINI_RAY_HOME": str(tmp_path / "home")}
     provider.hold(after=ANSWERED)
-    driver = subprocess.Popen(
-        _cli("sweep", str(sweep), "--runs-root", str(root)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    # The driver's messages go to a file, so that a failure mid-run can show them.
+    driver_log = tmp_path / "driver.log"
+    with driver_log.open("wb") as log:
+        driver = subprocess.Popen(
+            _cli("sweep", str(sweep), "--runs-root", str(root)),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
     watch = None
     browser = None
     try:
@@ -164,6 +181,11 @@ def test_a_sweep_watched_live_and_one_run_stopped(
 
         # The run to stop has a query in flight; a query recorded so far opens in the
         # viewer, made from its record on disk.
+        wait_for(
+            "a run with a query in flight",
+            lambda: any(_running([d]) for d in runs),
+            explain=lambda: _statuses(runs) + _tail(driver_log),
+        )
         stopped = next(d for d in runs if _running([d]))
         other = next(d for d in runs if d != stopped)
         row = f"document.querySelector('tr[data-name=\"{stopped.name}\"]')"
@@ -189,8 +211,7 @@ def test_a_sweep_watched_live_and_one_run_stopped(
         assert all(r["status"] == "failed" and r["retryable"] for r in cut)
         assert _bytes(other)[: len(before_other)] == before_other
         provider.release()
-        _, stderr = driver.communicate(timeout=600)
-        assert driver.returncode == 0, stderr[-3000:]
+        assert driver.wait(timeout=600) == 0, _tail(driver_log)
         # The page, never reloaded, shows the ends: a look made after the driver exited reads
         # the final files (one made just before may still show the run going).
         exited = _polls(browser)

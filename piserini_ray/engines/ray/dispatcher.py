@@ -91,6 +91,7 @@ class Dispatcher:
         for run in runs:
             self.progress.add_run(run.run_dir.name, len(run.todo))
         self._asked_limiters = 0.0
+        self._limiter_waits: dict[str, int] = {}
         #: Each run's model key, read once here on the driver (`secrets.driver_keys`), before
         #: any query: the reports' loading thread and this one never import at once.
         self._handed = {str(r.run_dir): driver_keys([r.config.model]) for r in runs}
@@ -271,10 +272,12 @@ class Dispatcher:
         groups = self.replicas.groups.values()
         self.progress.running = len(self.in_flight)
         if time.monotonic() - self._asked_limiters >= WAITING_EVERY:
-            waiting = _waiting(self.replicas.limiters)
-            self.progress.waiting = sum(waiting.values())
+            self._limiter_waits = _waiting(self.replicas.limiters)
+            self.progress.waiting = sum(self._limiter_waits.values())
             self._asked_limiters = time.monotonic()
-            self._show_live(waiting)
+        # Queries in flight are counted at every step, so that a status's count follows its
+        # records (not a second behind); the limiters are asked (a remote call) once a second.
+        self._show_live(self._limiter_waits)
         self._send_stops()
         self.progress.show()
         for group in groups:

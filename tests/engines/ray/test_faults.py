@@ -20,12 +20,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import wait_for
 
 from piserini_ray.config import RunConfig, load_config
 from piserini_ray.offline import OfflineConfig
@@ -380,14 +380,16 @@ def test_a_limiter_killed_mid_run_comes_back_holding_its_window(
         killed: list[int] = []
         try:  # three queries wait on the provider, their slots granted by the limiter
             _kill_held(provider, 3, limiter_pid, killed)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:  # until Ray has brought it back
+
+            def back() -> bool:  # Ray has brought it back: another process answers
                 with contextlib.suppress(Exception):
                     found = ray.get(ray.get_actor(name).stats.remote(key), timeout=5)
                     if found.pid != killed[0]:
                         stats.append(found)
-                        return
-                time.sleep(0.2)
+                        return True
+                return False
+
+            wait_for("the limiter restarted by Ray", back, deadline_s=120)
         finally:
             provider.release()
 

@@ -28,12 +28,11 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from helpers import marked_results
+from helpers import marked_results, wait_for
 from hosts import VENV_BIN, TwoHosts, require_two_hosts
 
 pytestmark = pytest.mark.slow
@@ -397,11 +396,12 @@ def test_no_process_without_the_token_joins_from_either_host_and_the_run_complet
         env={KEY_VAR: key},
     )
     try:
-        end = time.monotonic() + 600
-        while not (data / "gated.asked").exists():  # the run is going: its replicas asked
+
+        def asked() -> bool:  # the run is going: its replicas asked
             assert driver.poll() is None, driver.communicate()[1][-6000:]
-            assert time.monotonic() < end, "the gated run never reached its first query"
-            time.sleep(0.2)
+            return (data / "gated.asked").exists()
+
+        wait_for("the gated run's first query", asked, deadline_s=600)
         auth = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
         # Strangers: no token at all (Ray's default mode, or auth switched off), a wrong one.
         wrong = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
