@@ -31,7 +31,8 @@ smallest n with power(n') >= target for every n' from n up to the search bound B
 
 at least 100, doubled while the power there is below the target. Every n of [lo, B] is
 evaluated (lo: a bisection point below the target, so every later dip is seen), by the
-recurrence of D's distribution in n; beyond SCAN_LIMIT queries, where D spreads over hundreds
+recurrence of D's distribution in n, over the window that holds its mass (O(sqrt n) per n,
+`bench/power.py`); beyond SCAN_LIMIT queries, where D spreads over hundreds
 of counts and averages the saw-tooth away, the bisection's crossing is returned instead.
 
 Without a second run, the discordance is assumed: two runs that are right independently of
@@ -120,10 +121,19 @@ def power_curve(
     reject = _rejection(d, psi, delta, alpha)
     pmf = binom.pmf(d, start, psi)
     out = np.empty(stop - start + 1)
-    for i in range(stop - start + 1):
-        out[i] = float(pmf @ reject)
-        pmf[1:] = (1.0 - psi) * pmf[1:] + psi * pmf[:-1]
-        pmf[0] *= 1.0 - psi  # the mass below `low` it would gain is below 1e-15
+    for i, n in enumerate(range(start, stop + 1)):
+        # Only D's window n psi +- 4.5 sqrt(n) is summed and stepped: beyond it lies less than
+        # 2 exp(-40) of its mass (Hoeffding), so a pass costs O(sqrt n), not O(n), per n.
+        half = math.ceil(4.5 * math.sqrt(n)) + 1
+        first = max(math.floor(n * psi) - half - low, 0)
+        end = min(math.ceil(n * psi) + half + 1 - low, len(d))
+        out[i] = float(pmf[first:end] @ reject[first:end])
+        step_from, step_end = max(first, 1), min(end + 1, len(d))
+        pmf[step_from:step_end] = (1.0 - psi) * pmf[step_from:step_end] + psi * pmf[
+            step_from - 1 : step_end - 1
+        ]
+        if first == 0:
+            pmf[0] *= 1.0 - psi  # the mass below `low` it would gain is below 1e-15
     return out
 
 

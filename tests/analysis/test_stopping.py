@@ -229,7 +229,7 @@ QUERIES = 40
 
 
 def _oracle_sweep(path: Path, index_root: Path, base_url: str, decide: bool) -> Path:
-    """A sweep of three runs over 60 sample queries: the reference and a copy of it (a model
+    """A sweep of three runs over `QUERIES` sample queries: the reference and a copy of it (a model
     that knows the answers, over real HTTP), and the offline heuristic (a few percent right):
     clearly worse."""
     oracle = {"model.name": "gpt-5.4-mini", "model.api_base": base_url}
