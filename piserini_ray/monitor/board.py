@@ -142,6 +142,9 @@ class StatusBoard:
         with self._lock:
             self._count(record)
             self.status.ran_now += 1
+            # Its query is no longer in flight: until the engine's next look, no write counts
+            # it both recorded and running (the gauge may read low for that step, never high).
+            self.status.running = max(0, self.status.running - 1)
             if self._began is None:  # it ran between two looks of the engine's gauges
                 self._began = self._created
             self._dirty = True

@@ -61,8 +61,12 @@ def _state(run_dir: Path) -> str | None:
 
 
 def _running(runs: list[Path]) -> int:
-    """Queries in flight, as the runs' status files say."""
-    return sum(s.status.running for d in runs if (s := read_status(d)) is not None)
+    """Queries in flight, as the runs' status files say (none counted both recorded and in
+    flight)."""
+    seen = [s.status for d in runs if (s := read_status(d)) is not None]
+    for status in seen:
+        assert status.recorded_total + status.running <= QUERIES, status
+    return sum(status.running for status in seen)
 
 
 def _statuses(runs: list[Path]) -> str:

@@ -175,6 +175,20 @@ def test_the_pace_counts_from_the_runs_first_query_in_flight(tmp_path: Path) -> 
         board.close("running")
 
 
+def test_a_recorded_query_is_no_longer_counted_in_flight(tmp_path: Path) -> None:
+    """Between two looks of the engine, a query's record takes it out of the queries in flight:
+    no status counts a query both recorded and running."""
+    with RunStore(tmp_path / "run", RunConfig()) as store:
+        board = _board(store, {"q1", "q2", "q3"}, [])
+        board.live(running=2)
+        store.append(_record(store, "q1"))
+        assert (board.status.running, board.status.recorded_total) == (1, 1)
+        store.append(_record(store, "q2"))
+        store.append(_record(store, "q3"))  # started and ended between two looks
+        assert (board.status.running, board.status.recorded_total) == (0, 3)
+        board.close("running")
+
+
 def test_paths_with_no_run_are_named(tmp_path: Path) -> None:
     with pytest.raises(MonitorError, match="no run under"):
         run_dirs_under(tmp_path)
