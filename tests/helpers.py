@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def wait_for(
@@ -23,6 +24,15 @@ def wait_for(
             seen = f":\n{explain()}" if explain is not None else ""
             raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(0.2)
+
+
+def file_tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log file, for a failure's message (why it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as error:
+        return f"({error.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def fresh_python(program: str, timeout: float = 120) -> str:

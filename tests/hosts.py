@@ -89,6 +89,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import file_tail
+
 import piserini_ray
 
 VENV_BIN = Path(sys.executable).parent
@@ -193,14 +195,6 @@ def _signal(process: tuple[int, str], sig: int) -> None:
         os.close(fd)
 
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as error:
-        return f"({error.strerror})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 @dataclass
 class Host:
     """One host: its namespace, address, folders and `ray start --block` process."""
@@ -222,11 +216,11 @@ class Host:
         return self.process.pid
 
     def logs_tail(self, lines: int = 20) -> str:
-        parts = [f"===== {self.name} ({self.address}): ray start =====", _tail(self.log, lines)]
+        parts = [f"===== {self.name} ({self.address}): ray start =====", file_tail(self.log, lines)]
         logs = self.temp_dir / "session_latest" / "logs"
         for name in ("gcs_server.out", "gcs_server.err", "raylet.out", "raylet.err"):
             if (logs / name).exists():
-                parts += [f"----- {self.name}: {name} -----", _tail(logs / name, lines)]
+                parts += [f"----- {self.name}: {name} -----", file_tail(logs / name, lines)]
         return "\n".join(parts)
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 from chromium_devtools import Browser, needs_chromium
-from helpers import wait_for
+from helpers import file_tail, wait_for
 
+from piserini_ray.cli.monitor import status_row
 from piserini_ray.monitor.status import read_status
 from piserini_ray.monitor.web import start_watch
 from piserini_ray.offline import OfflineConfig
@@ -70,18 +71,8 @@ def _running(runs: list[Path]) -> int:
 
 
 def _statuses(runs: list[Path]) -> str:
-    """Each run's state, queries in flight and records, for a failure's message."""
-    seen = {d.name: read_status(d) for d in runs}
-    return "".join(
-        f"{name}: {v.state}, {v.status.running} in flight, {v.status.recorded}\n"
-        if v is not None
-        else f"{name}: no status\n"
-        for name, v in seen.items()
-    )
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    """Each run's row of the `status` table (state, records, in flight), for a failure."""
+    return "".join(" | ".join(status_row(d.name, read_status(d))) + "\n" for d in runs)
 
 
 def _status_matches_disk(run_dir: Path) -> bool:
@@ -188,7 +179,7 @@ def test_a_sweep_watched_live_and_one_run_stopped(
         wait_for(
             "a run with a query in flight",
             lambda: any(_running([d]) for d in runs),
-            explain=lambda: _statuses(runs) + _tail(driver_log),
+            explain=lambda: _statuses(runs) + file_tail(driver_log, 40),
         )
         stopped = next(d for d in runs if _running([d]))
         other = next(d for d in runs if d != stopped)
@@ -215,7 +206,7 @@ def test_a_sweep_watched_live_and_one_run_stopped(
         assert all(r["status"] == "failed" and r["retryable"] for r in cut)
         assert _bytes(other)[: len(before_other)] == before_other
         provider.release()
-        assert driver.wait(timeout=600) == 0, _tail(driver_log)
+        assert driver.wait(timeout=600) == 0, file_tail(driver_log, 40)
         # The page, never reloaded, shows the ends: a look made after the driver exited reads
         # the final files (one made just before may still show the run going).
         exited = _polls(browser)
